@@ -153,7 +153,7 @@ pub(crate) struct State {
     pub(crate) buffered_records: usize,
     pub(crate) buffered_bytes: usize,
     /// The transaction state machine of a transactional writer (KIP-98); `None` otherwise.
-    pub(crate) txn: Option<super::txn::Txn>,
+    pub(crate) txn: Option<super::txn_state::Txn>,
 }
 
 /// Most spares kept ([`Spares`]).

@@ -31,6 +31,7 @@ mod sender;
 mod settle;
 mod stats;
 mod txn;
+mod txn_state;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -422,7 +423,7 @@ impl Writer {
         let mut state = State::new(config.idempotent);
         state.spares = accumulator::Spares::for_buffer(config.buffer_memory);
         if config.transactional_id.is_some() {
-            state.txn = Some(txn::Txn::new());
+            state.txn = Some(txn_state::Txn::new());
         }
         let inner = Arc::new(Inner {
             state: Mutex::new(state),
@@ -1326,7 +1327,7 @@ impl Inner {
                 // Java's `TransactionManager.handleFailedBatch`.
                 for (_, outcome) in done.iter() {
                     if let Outcome::Failed { error, .. } = outcome
-                        && let Some(e) = txn::record_failure(error)
+                        && let Some(e) = txn_state::record_failure(error)
                     {
                         if matches!(
                             error.error_code(),

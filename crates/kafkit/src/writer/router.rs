@@ -238,22 +238,27 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
     // never answer one), a new id at the next attempt. Either way every partition's sequence
     // restarts at 0, so a new id is always safe; a bump only keeps the id.
     let bump = id >= 0 && !bump_failed;
-    let mut result = if bump {
+    let current = if bump {
         // Marked before the attempt, so that a bump cut by the router's bound counts too
         // (`new_producer` clears it).
         inner.lock().producer.bump_failed = true;
-        ask_producer_id(inner, id, epoch).await
+        (id, epoch)
     } else {
-        ask_producer_id(inner, -1, -1).await
+        (-1, -1)
     };
-    if bump && let Err(e) = &result {
+    let bound = || Duration::from_millis(inner.config.request_timeout_ms);
+    let new_id_after = |e: &ProducerIdError| {
         if e.is_retriable() {
             tracing::info!(error = %e, "writer: epoch bump failed; the next attempt asks for a new producer id");
+            false
         } else {
             tracing::info!(error = %e, "writer: epoch bump refused; asking for a new producer id");
-            result = ask_producer_id(inner, -1, -1).await;
+            true
         }
-    }
+    };
+    let result = ask_producer_id(inner, None, current, bound, new_id_after)
+        .await
+        .map_err(Error::from);
     match result {
         Ok((id, epoch)) => {
             tracing::debug!(
@@ -266,9 +271,7 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
                 st.new_producer(id, epoch);
                 st.brokers.keys().copied().collect()
             };
-            for b in brokers {
-                inner.broker_notify(b).notify_one();
-            }
+            wake_brokers(inner, brokers);
             true
         }
         Err(e) if e.is_retriable() => {
@@ -285,9 +288,7 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
                 st.producer.status = ProducerStatus::Ready;
                 st.brokers.keys().copied().collect()
             };
-            for b in brokers {
-                inner.broker_notify(b).notify_one();
-            }
+            wake_brokers(inner, brokers);
             true
         }
         Err(e) => {
@@ -297,12 +298,17 @@ async fn init_producer_id(inner: &Arc<Inner>) -> bool {
                 st.producer.status = ProducerStatus::Failed(e.into());
                 st.brokers.keys().copied().collect()
             };
-            for b in brokers {
-                inner.broker_notify(b).notify_one();
-            }
+            wake_brokers(inner, brokers);
             inner.router.notify_one();
             true
         }
+    }
+}
+
+/// Wakes the senders of `brokers` (a new producer id, or none to wait for).
+fn wake_brokers(inner: &Inner, brokers: Vec<i32>) {
+    for b in brokers {
+        inner.broker_notify(b).notify_one();
     }
 }
 
@@ -316,23 +322,91 @@ fn cannot_be_idempotent(e: &Error) -> bool {
         })
 }
 
-/// One InitProducerId for an idempotent producer (no transactional id), to any broker through
-/// the transport (which fails over and retries until `request_timeout_ms`). `id`/`epoch` -1
-/// ask for a new id; others bump that id's epoch (v3+: brokers below v3 cannot take them,
-/// which is a non-retriable encode error).
-async fn ask_producer_id(inner: &Inner, id: i64, epoch: i16) -> Result<(i64, i16), Error> {
+/// Why an InitProducerId gave no producer id.
+#[derive(Debug)]
+pub(super) enum ProducerIdError {
+    /// The request failed without an answer (the transport retried what it could).
+    Request(Error),
+    /// The broker answered with this error code.
+    Refused(ErrorCode),
+}
+
+impl ProducerIdError {
+    /// Whether asking again may help.
+    fn is_retriable(&self) -> bool {
+        match self {
+            ProducerIdError::Request(e) => e.is_retriable(),
+            ProducerIdError::Refused(code) => code.is_retriable(),
+        }
+    }
+}
+
+impl std::fmt::Display for ProducerIdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProducerIdError::Request(e) => e.fmt(f),
+            ProducerIdError::Refused(code) => Error::broker("InitProducerId", *code, None).fmt(f),
+        }
+    }
+}
+
+impl From<ProducerIdError> for Error {
+    fn from(e: ProducerIdError) -> Self {
+        match e {
+            ProducerIdError::Request(e) => e,
+            ProducerIdError::Refused(code) => Error::broker("InitProducerId", code, None),
+        }
+    }
+}
+
+/// The one InitProducerId path (KIP-98, KIP-360) of the idempotent writer (`txn_id` `None`:
+/// to any broker, no transaction timeout) and the transactional one (its transactional id,
+/// routed by the transport to its transaction coordinator, with the writer's
+/// `transaction_timeout`). `current` (-1, -1) asks for a new id; the current id and epoch ask
+/// for a new epoch of that id (v3+: brokers below v3 cannot take them, which is a
+/// non-retriable encode error). When such a bump fails and `new_id_after` says so, a new id
+/// is asked for at once (-1, -1: a transactional id gets a new epoch of the same id that way
+/// too). Each request is bounded by `bound()` (asked anew for each), within which the
+/// transport fails over and retries.
+pub(super) async fn ask_producer_id(
+    inner: &Inner,
+    txn_id: Option<&str>,
+    current: (i64, i16),
+    bound: impl Fn() -> Duration,
+    new_id_after: impl FnOnce(&ProducerIdError) -> bool,
+) -> Result<(i64, i16), ProducerIdError> {
+    let result = init_producer_id_once(inner, txn_id, current, bound()).await;
+    match result {
+        Err(e) if current.0 >= 0 && new_id_after(&e) => {
+            init_producer_id_once(inner, txn_id, (-1, -1), bound()).await
+        }
+        other => other,
+    }
+}
+
+/// One InitProducerId request for [`ask_producer_id`], bounded by `within`.
+async fn init_producer_id_once(
+    inner: &Inner,
+    txn_id: Option<&str>,
+    (id, epoch): (i64, i16),
+    within: Duration,
+) -> Result<(i64, i16), ProducerIdError> {
+    let transaction_timeout_ms = match txn_id {
+        Some(_) => i32::try_from(inner.config.transaction_timeout_ms).unwrap_or(i32::MAX),
+        None => i32::MAX,
+    };
     let req = InitProducerIdRequest::default()
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(i32::MAX)
+        .with_transactional_id(txn_id.map(str::to_owned))
+        .with_transaction_timeout_ms(transaction_timeout_ms)
         .with_producer_id(id)
         .with_producer_epoch(epoch);
     let resp = inner
         .transport
-        .round_trip_within(req, Duration::from_millis(inner.config.request_timeout_ms))
-        .await?;
-    let code = resp.error_code;
-    if !code.is_ok() {
-        return Err(Error::broker("InitProducerId", code, None));
+        .round_trip_within(req, within)
+        .await
+        .map_err(ProducerIdError::Request)?;
+    if !resp.error_code.is_ok() {
+        return Err(ProducerIdError::Refused(resp.error_code));
     }
     Ok((resp.producer_id, resp.producer_epoch))
 }

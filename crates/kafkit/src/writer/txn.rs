@@ -24,16 +24,17 @@ use std::time::{Duration, Instant};
 
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest,
-    TxnOffsetCommitRequest, add_partitions_to_txn_request, txn_offset_commit_request,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest,
+    add_partitions_to_txn_request, txn_offset_commit_request,
 };
 
-use super::batch::PartId;
+use super::router::{ProducerIdError, ask_producer_id};
+use super::txn_state::{Txn, code_error};
 use super::{Inner, Writer};
 use crate::admin::OffsetAndMetadata;
 use crate::conn::versions::client_max_for;
 use crate::error::Error;
-use crate::error::produce::{ProduceError, TransactionError, TransactionPhase};
+use crate::error::produce::{TransactionError, TransactionPhase};
 use crate::transport::{ConnKind, CoordinatorType};
 
 /// The consumer group a transaction's offsets belong to (Java `ConsumerGroupMetadata`): the
@@ -79,206 +80,6 @@ impl ConsumerGroupMetadata {
     }
 }
 
-/// The transaction part of the writer's state (under the writer's lock).
-#[derive(Debug)]
-pub(crate) struct Txn {
-    pub(crate) state: TransactionPhase,
-    /// The error of `AbortableError` and `FatalError`.
-    pub(crate) error: Option<TransactionError>,
-    /// Partitions in the open transaction (AddPartitionsToTxn answered).
-    pub(crate) added: HashSet<PartId>,
-    /// Partitions with records that wait for AddPartitionsToTxn (one request for all).
-    pub(crate) pending: Vec<PartId>,
-    /// An AddPartitionsToTxn is in flight (an end waits for it: the coordinator must know
-    /// every partition before EndTxn, and EndTxn must not overtake it).
-    pub(crate) adding: bool,
-    /// Counts transaction ends: an AddPartitionsToTxn answered after its transaction ended
-    /// adds nothing to the next one.
-    pub(crate) round: u64,
-    /// Partitions or offsets went into the transaction: its end needs an EndTxn.
-    pub(crate) started: bool,
-    /// The group of an AddOffsetsToTxn sent without an answer (lost, timed out, cancelled):
-    /// the coordinator may have begun the transaction with it, so the end sends it again
-    /// before deciding on EndTxn (see [`Writer::send_offsets_to_transaction`]).
-    pub(crate) offsets_unanswered: Option<String>,
-    /// Unsent batches fail at once with this (an abort, an abortable or fatal error).
-    pub(crate) fail_unsent: Option<ProduceError>,
-    /// The producer's sequences broke or a maybe-written batch failed: the abort bumps the
-    /// epoch through the transaction coordinator (KIP-360) before the next transaction.
-    pub(crate) bump_needed: bool,
-    /// KIP-890 part 2 (`transaction.version` >= 2 and the versions allow it): partitions are
-    /// added implicitly by Produce, and EndTxn bumps the epoch.
-    pub(crate) v2: bool,
-}
-
-impl Txn {
-    pub(crate) fn new() -> Self {
-        Txn {
-            state: TransactionPhase::Uninitialized,
-            error: None,
-            added: HashSet::new(),
-            pending: Vec::new(),
-            adding: false,
-            round: 0,
-            started: false,
-            offsets_unanswered: None,
-            fail_unsent: None,
-            bump_needed: false,
-            v2: false,
-        }
-    }
-
-    /// Whether partition `id`'s batches may be sent now: it was added to the open transaction
-    /// (implicitly with KIP-890).
-    pub(crate) fn may_send(&self, id: PartId) -> bool {
-        self.v2 || self.added.contains(&id)
-    }
-
-    /// A new transaction, or the end of one: nothing added, nothing failed.
-    fn clear(&mut self) {
-        self.round += 1;
-        self.added.clear();
-        self.pending.clear();
-        self.started = false;
-        self.offsets_unanswered = None;
-        self.fail_unsent = None;
-        self.error = None;
-    }
-
-    /// Records `e` (abortable or fatal) as the transaction's error: the state moves to
-    /// `AbortableError` (from an open or committing transaction) or `FatalError`, and unsent
-    /// batches fail with it. An abortable error never replaces a fatal one. Returns whether
-    /// the state changed (the senders must look again).
-    pub(crate) fn fail(&mut self, e: TransactionError) -> bool {
-        match (&e, self.state) {
-            (_, TransactionPhase::FatalError) => false,
-            (TransactionError::Fatal { .. }, _) => {
-                self.state = TransactionPhase::FatalError;
-                self.fail_unsent = Some(ProduceError::Transaction(e.clone()));
-                self.error = Some(e);
-                true
-            }
-            (
-                TransactionError::Abortable { .. },
-                TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction,
-            ) => {
-                self.state = TransactionPhase::AbortableError;
-                self.fail_unsent = Some(ProduceError::Transaction(e.clone()));
-                self.error = Some(e);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// `commit_transaction` begins (or resumes): `CommittingTransaction`, unless the state
-    /// refuses it.
-    fn enter_commit(&mut self) -> Result<(), TransactionError> {
-        const OP: &str = "commit_transaction";
-        match self.state {
-            TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction => {
-                self.state = TransactionPhase::CommittingTransaction;
-                Ok(())
-            }
-            TransactionPhase::AbortableError | TransactionPhase::FatalError => Err(self
-                .error
-                .clone()
-                .unwrap_or(TransactionError::InvalidState {
-                    operation: OP,
-                    state: self.state,
-                })),
-            state => Err(TransactionError::InvalidState {
-                operation: OP,
-                state,
-            }),
-        }
-    }
-
-    /// `abort_transaction` begins (or resumes): `AbortingTransaction`, with the unsent records
-    /// failing, unless the state refuses it. A commit that timed out (`CommittingTransaction`)
-    /// refuses it, as Java does: its EndTxn may have reached the coordinator, so only the
-    /// commit called again can tell how it ended.
-    fn enter_abort(&mut self) -> Result<(), TransactionError> {
-        match self.state {
-            TransactionPhase::InTransaction
-            | TransactionPhase::AbortableError
-            | TransactionPhase::AbortingTransaction => {
-                self.state = TransactionPhase::AbortingTransaction;
-                // Unsent records fail now; an abortable error failed them already.
-                self.fail_unsent = Some(ProduceError::TransactionAborted);
-                self.pending.clear();
-                Ok(())
-            }
-            _ => Err(self.refused("abort_transaction")),
-        }
-    }
-
-    /// Why `operation` cannot run in this state: the writer's fatal error after one, else
-    /// [`TransactionError::InvalidState`].
-    fn refused(&self, operation: &'static str) -> TransactionError {
-        match self.state {
-            TransactionPhase::FatalError => self.error.clone().unwrap_or(TransactionError::Fatal {
-                code: None,
-                message: "the writer failed earlier".into(),
-            }),
-            state => TransactionError::InvalidState { operation, state },
-        }
-    }
-
-    /// Whether a record may be taken now, and if not why (Java `failIfNotReadyForSend`).
-    pub(crate) fn check_send(&self) -> Result<(), ProduceError> {
-        match self.state {
-            TransactionPhase::InTransaction => Ok(()),
-            TransactionPhase::AbortableError | TransactionPhase::FatalError => {
-                Err(ProduceError::Transaction(self.error.clone().unwrap_or(
-                    TransactionError::InvalidState {
-                        operation: "send",
-                        state: self.state,
-                    },
-                )))
-            }
-            state => Err(ProduceError::Transaction(TransactionError::InvalidState {
-                operation: "send",
-                state,
-            })),
-        }
-    }
-}
-
-/// Codes that make a transactional writer fatal: it was fenced by a newer writer of its
-/// transactional id, or is not allowed, or the coordinator found its state broken.
-pub(crate) fn is_fatal_code(code: ErrorCode) -> bool {
-    [
-        ErrorCode::PRODUCER_FENCED,
-        ErrorCode::INVALID_PRODUCER_EPOCH,
-        ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-        ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
-        ErrorCode::INVALID_TXN_STATE,
-        ErrorCode::UNSUPPORTED_VERSION,
-        ErrorCode::UNSUPPORTED_FOR_MESSAGE_FORMAT,
-        ErrorCode::INVALID_TRANSACTION_TIMEOUT,
-    ]
-    .contains(&code)
-}
-
-/// The error of `operation` answered with the non-retriable `code`: fatal for the fatal
-/// codes (and for every code outside a transaction, `in_txn` false: InitProducerId), else
-/// abortable.
-pub(crate) fn code_error(operation: &str, code: ErrorCode, in_txn: bool) -> TransactionError {
-    let message = format!("{operation} answered {code}");
-    if is_fatal_code(code) || !in_txn {
-        TransactionError::Fatal {
-            code: Some(code),
-            message,
-        }
-    } else {
-        TransactionError::Abortable {
-            code: Some(code),
-            message,
-        }
-    }
-}
-
 /// The error of a call whose request failed without an answer `e`: a timeout when retrying
 /// could still help (the transport retried until the call's deadline), else by its code (a
 /// FindCoordinator `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`), else fatal (e.g. an unsupported
@@ -315,25 +116,6 @@ fn client_error(
         TransactionError::Abortable {
             code: None,
             message: e.to_string(),
-        }
-    }
-}
-
-/// The record's error as the transaction sees it: `None` for a record failed by the
-/// transaction itself (an abort, an earlier error), else the abortable or fatal error it makes.
-pub(crate) fn record_failure(e: &ProduceError) -> Option<TransactionError> {
-    match e {
-        ProduceError::Transaction(_) | ProduceError::TransactionAborted => None,
-        other => {
-            let code = other.error_code();
-            let message = format!("a record of the transaction failed: {other}");
-            Some(match code {
-                Some(c) if is_fatal_code(c) => TransactionError::Fatal {
-                    code: Some(c),
-                    message,
-                },
-                _ => TransactionError::Abortable { code, message },
-            })
         }
     }
 }
@@ -977,10 +759,10 @@ async fn settle_unanswered_offsets(
     }
 }
 
-/// InitProducerId for `txn_id` through its transaction coordinator: `id`/`epoch` -1 for
-/// `init_transactions`, the current ones for a KIP-360 bump (v3+; an older coordinator is
-/// asked with -1 / -1, which bumps the epoch of the same transactional id too). Bounded by
-/// `timeout` from `started`.
+/// InitProducerId for `txn_id` through its transaction coordinator (the writer's one path,
+/// [`ask_producer_id`]): `id`/`epoch` -1 for `init_transactions`, the current ones for a
+/// KIP-360 bump (v3+; an older coordinator is asked with -1 / -1, which bumps the epoch of the
+/// same transactional id too). Bounded by `timeout` from `started`.
 async fn init_producer_id(
     inner: &Inner,
     txn_id: &str,
@@ -990,34 +772,20 @@ async fn init_producer_id(
     timeout: Duration,
     started: Instant,
 ) -> Result<(i64, i16), TransactionError> {
-    let req = |id: i64, epoch: i16| {
-        InitProducerIdRequest::default()
-            .with_transactional_id(Some(txn_id.to_owned()))
-            .with_transaction_timeout_ms(
-                i32::try_from(inner.config.transaction_timeout_ms).unwrap_or(i32::MAX),
-            )
-            .with_producer_id(id)
-            .with_producer_epoch(epoch)
-    };
-    let left = timeout.saturating_sub(started.elapsed());
-    let mut result = inner
-        .transport
-        .round_trip_within(req(id, epoch), left)
-        .await;
-    if id >= 0
-        && matches!(
-            result,
-            Err(Error::Encode(_) | Error::UnsupportedVersion { .. })
+    let bound = || timeout.saturating_sub(started.elapsed());
+    // Only a bump the coordinator cannot take: a refusal (PRODUCER_FENCED...) stands.
+    let new_id_after = |e: &ProducerIdError| {
+        matches!(
+            e,
+            ProducerIdError::Request(Error::Encode(_) | Error::UnsupportedVersion { .. })
         )
-    {
-        let left = timeout.saturating_sub(started.elapsed());
-        result = inner.transport.round_trip_within(req(-1, -1), left).await;
-    }
-    let resp = result.map_err(|e| client_error(operation, timeout, e, false))?;
-    if !resp.error_code.is_ok() {
-        return Err(code_error("InitProducerId", resp.error_code, false));
-    }
-    Ok((resp.producer_id, resp.producer_epoch))
+    };
+    ask_producer_id(inner, Some(txn_id), (id, epoch), bound, new_id_after)
+        .await
+        .map_err(|e| match e {
+            ProducerIdError::Request(e) => client_error(operation, timeout, e, false),
+            ProducerIdError::Refused(code) => code_error("InitProducerId", code, false),
+        })
 }
 
 /// EndTxn (`committed`: commit or abort) through the transaction coordinator, at v4 or below
@@ -1314,6 +1082,8 @@ use super::accumulator::State;
 mod tests {
     use super::*;
     use crate::error::ErrorCategory;
+    use crate::error::produce::ProduceError;
+    use crate::writer::txn_state::record_failure;
 
     #[test]
     fn transaction_v2_needs_the_feature_and_every_version() {
@@ -1467,76 +1237,5 @@ mod tests {
             assert_eq!(outer.category(), e.category(), "{e}");
             assert_eq!(outer.is_retriable(), e.is_retriable(), "{e}");
         }
-    }
-
-    #[test]
-    fn the_state_machine_moves_as_java_s() {
-        let mut t = Txn::new();
-        assert!(matches!(
-            t.check_send(),
-            Err(ProduceError::Transaction(TransactionError::InvalidState {
-                state: TransactionPhase::Uninitialized,
-                ..
-            }))
-        ));
-        let abortable = TransactionError::Abortable {
-            code: None,
-            message: "x".into(),
-        };
-        // Nothing open: an abortable error has nothing to abort.
-        t.state = TransactionPhase::Ready;
-        assert!(!t.fail(abortable.clone()));
-        t.state = TransactionPhase::InTransaction;
-        assert!(t.check_send().is_ok());
-        assert!(t.fail(abortable.clone()));
-        assert_eq!(t.state, TransactionPhase::AbortableError);
-        assert!(matches!(
-            t.check_send(),
-            Err(ProduceError::Transaction(
-                TransactionError::Abortable { .. }
-            ))
-        ));
-        let fatal = TransactionError::Fatal {
-            code: Some(ErrorCode::PRODUCER_FENCED),
-            message: "fenced".into(),
-        };
-        assert!(t.fail(fatal));
-        assert_eq!(t.state, TransactionPhase::FatalError);
-        // Fatal stays fatal.
-        assert!(!t.fail(abortable));
-        assert_eq!(t.state, TransactionPhase::FatalError);
-        assert_eq!(
-            t.check_send().unwrap_err().error_code(),
-            Some(ErrorCode::PRODUCER_FENCED)
-        );
-    }
-
-    /// Issue 31 item 19. After `commit_transaction` timed out (the state stays
-    /// `CommittingTransaction`) the commit must be called again: `abort_transaction` is refused,
-    /// as Java refuses it ("the previous call to commitTransaction timed out and must be
-    /// retried"). The EndTxn(commit) may have reached the coordinator; an abort would then be
-    /// refused by it, or, worse, the commit's outcome be unknown to the application. Once the
-    /// commit's failure made the transaction abortable, the abort goes.
-    #[test]
-    fn abort_is_refused_after_a_commit_timed_out() {
-        let mut t = Txn::new();
-        t.state = TransactionPhase::CommittingTransaction;
-        assert!(
-            matches!(
-                t.enter_abort(),
-                Err(TransactionError::InvalidState {
-                    state: TransactionPhase::CommittingTransaction,
-                    ..
-                })
-            ),
-            "abort after a timed-out commit"
-        );
-        assert_eq!(t.state, TransactionPhase::CommittingTransaction);
-        assert!(t.enter_commit().is_ok(), "the commit is resumed");
-        assert!(t.fail(TransactionError::Abortable {
-            code: None,
-            message: "x".into(),
-        }));
-        assert!(t.enter_abort().is_ok(), "an abortable commit is aborted");
     }
 }

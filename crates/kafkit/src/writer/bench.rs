@@ -9,8 +9,8 @@ use bytes::Bytes;
 use kafkit_protocol::Message;
 use kafkit_protocol::messages::{ProduceRequest, ProduceResponse, produce_response};
 
-use super::Inner;
 use super::encode::{build_request, encode_batches, release_request_bytes};
+use super::inner::Inner;
 use super::sender::plan_request;
 use super::settle::{apply, judge};
 use crate::error::Error;

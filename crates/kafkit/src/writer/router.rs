@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::InitProducerIdRequest;
 
-use super::Inner;
 use super::accumulator::{Plan, ProducerStatus};
 use super::batch::PartId;
+use super::inner::Inner;
 use crate::error::Error;
 
 /// The router: leaders for unrouted partitions, the producer id, expiry of batches nobody

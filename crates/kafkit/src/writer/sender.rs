@@ -13,10 +13,10 @@ use kafkit_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafkit_protocol::{ApiKey, VersionRange};
 use tracing::Instrument;
 
-use super::Inner;
 use super::accumulator::{Ending, Plan, ProducerStatus, State};
 use super::batch::PartId;
 use super::encode::{build_request, encode_off_runtime, release_request_bytes};
+use super::inner::Inner;
 use super::lists::{RequestLists, SendError};
 use super::settle::{apply, judge, keep_lists};
 use crate::conn::produce::Acks;

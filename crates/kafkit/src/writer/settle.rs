@@ -11,9 +11,9 @@ use std::time::Instant;
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{ProduceResponse, produce_response};
 
-use super::Inner;
 use super::accumulator::{Ending, ProducerStatus, State, may_have_appended};
 use super::batch::{Batch, Outcome, PartId};
+use super::inner::Inner;
 use super::lists::{RequestLists, SendError, Verdict};
 use crate::error::Error;
 use crate::error::produce::ProduceError;

@@ -28,9 +28,10 @@ use kafkit_protocol::messages::{
     add_partitions_to_txn_request, txn_offset_commit_request,
 };
 
+use super::Writer;
+use super::inner::Inner;
 use super::router::{ProducerIdError, ask_producer_id};
 use super::txn_state::{Txn, code_error};
-use super::{Inner, Writer};
 use crate::admin::OffsetAndMetadata;
 use crate::conn::versions::client_max_for;
 use crate::error::Error;

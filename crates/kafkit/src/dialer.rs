@@ -9,8 +9,8 @@ use kafkit_sasl::Mechanism;
 use tokio::net::TcpStream;
 
 use crate::conn::Conn;
-use crate::conn::core::{Core, CoreConfig};
 use crate::conn::metadata::Broker;
+use crate::conn::{Core, CoreConfig};
 use crate::error::TlsErrorKind;
 use crate::error::{CloseCause, Error, Result};
 use crate::tls::TlsConfig;

@@ -362,13 +362,12 @@ impl Core {
         self.shared.shutdown.subscribe()
     }
 
-    /// Sends one request and, when `expect_response`, waits for its response frame.
+    /// Sends one request and waits for its response frame.
     ///
     /// `encode` is given the correlation id and appends the request header and body to the buffer
     /// (the size prefix is added here); `size_hint` is the expected size of what it appends, in
     /// bytes, so the buffer is allocated once. Returns the response frame without its size prefix,
-    /// starting with the correlation id, or `None` when no response is expected (returns once the
-    /// frame is written to the socket).
+    /// starting with the correlation id.
     ///
     /// Errors: [`Error::Timeout`] when `timeout` passes first (the connection is then closed
     /// with [`CloseCause::RequestTimedOut`], unless the request is a long poll: see
@@ -378,18 +377,47 @@ impl Core {
         &self,
         api_key: i16,
         operation: &'static str,
-        expect_response: bool,
         timeout: Duration,
         size_hint: usize,
         encode: F,
-    ) -> Result<Option<Bytes>>
+    ) -> Result<Bytes>
     where
         F: FnOnce(i32, &mut BytesMut) -> Result<()>,
     {
+        let fut = self.call_inner(api_key, size_hint, encode);
+        self.within(api_key, operation, timeout, fut).await
+    }
+
+    /// Sends one request that gets no response (a Produce with acks=0): returns once its frame
+    /// is written to the socket. As [`Core::call`] otherwise.
+    pub(crate) async fn call_no_answer<F>(
+        &self,
+        api_key: i16,
+        operation: &'static str,
+        timeout: Duration,
+        size_hint: usize,
+        encode: F,
+    ) -> Result<()>
+    where
+        F: FnOnce(i32, &mut BytesMut) -> Result<()>,
+    {
+        let fut = self.send_inner(api_key, size_hint, encode);
+        self.within(api_key, operation, timeout, fut).await
+    }
+
+    /// Runs `fut` (a request of `api_key`) unless the connection is closed, for at most
+    /// `timeout`; past it the connection is taken for half-open and closed, unless the request
+    /// is a long poll.
+    async fn within<T>(
+        &self,
+        api_key: i16,
+        operation: &'static str,
+        timeout: Duration,
+        fut: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
         if self.is_closed() {
             return Err(self.shared.current_close_error());
         }
-        let fut = self.call_inner(api_key, expect_response, size_hint, encode);
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
             Err(_) => {
@@ -412,22 +440,50 @@ impl Core {
         Arc::clone(&self.shared.sasl_gate).write_owned().await
     }
 
-    async fn call_inner<F>(
+    /// [`Core::call`]'s request: an in-flight permit, the frame, then the response.
+    async fn call_inner<F>(&self, api_key: i16, size_hint: usize, encode: F) -> Result<Bytes>
+    where
+        F: FnOnce(i32, &mut BytesMut) -> Result<()>,
+    {
+        let permit = self.in_flight_permit().await?;
+        let (correlation_id, frame, splices) = self.frame(api_key, size_hint, encode)?;
+        self.await_response(api_key, permit, correlation_id, frame, splices)
+            .await
+    }
+
+    /// [`Core::call_no_answer`]'s request: an in-flight permit, the frame, then its write.
+    async fn send_inner<F>(&self, api_key: i16, size_hint: usize, encode: F) -> Result<()>
+    where
+        F: FnOnce(i32, &mut BytesMut) -> Result<()>,
+    {
+        let permit = self.in_flight_permit().await?;
+        let (_, frame, splices) = self.frame(api_key, size_hint, encode)?;
+        self.await_written(api_key, permit, frame, splices).await
+    }
+
+    /// One of the connection's in-flight permits, waited for.
+    #[inline(always)]
+    async fn in_flight_permit(&self) -> Result<OwnedSemaphorePermit> {
+        let shared = &*self.shared;
+        Arc::clone(&shared.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| shared.current_close_error())
+    }
+
+    /// The request's frame: a new correlation id, and `encode`'s header and fields behind the
+    /// size prefix, with its long payloads left out (`splices`) in a recycled buffer.
+    #[inline(always)]
+    fn frame<F>(
         &self,
         api_key: i16,
-        expect_response: bool,
         size_hint: usize,
         encode: F,
-    ) -> Result<Option<Bytes>>
+    ) -> Result<(i32, Bytes, Vec<Splice>)>
     where
         F: FnOnce(i32, &mut BytesMut) -> Result<()>,
     {
         let shared = &*self.shared;
-        let permit = Arc::clone(&shared.in_flight)
-            .acquire_owned()
-            .await
-            .map_err(|_| shared.current_close_error())?;
-
         // Correlation ids count up from 0 and wrap within the non-negative range.
         let correlation_id = shared
             .next_correlation_id
@@ -461,25 +517,49 @@ impl Core {
             size,
             "request"
         );
+        Ok((correlation_id, frame, splices))
+    }
 
-        if !expect_response {
-            let (reply, written) = oneshot::channel();
-            {
-                let _pass = shared.sasl_gate.read().await;
-                self.enqueue(Outgoing {
-                    frame,
-                    splices,
-                    written: Some((reply, permit)),
-                })
-                .await?;
-                self.count(api_key);
-            }
-            return match written.await {
-                Ok(r) => r.map(|_| None),
-                Err(_) => Err(shared.current_close_error()),
-            };
+    /// Queues a frame that gets no response and waits until it is written; its permit goes
+    /// with it and is released then.
+    #[inline(always)]
+    async fn await_written(
+        &self,
+        api_key: i16,
+        permit: OwnedSemaphorePermit,
+        frame: Bytes,
+        splices: Vec<Splice>,
+    ) -> Result<()> {
+        let shared = &*self.shared;
+        let (reply, written) = oneshot::channel();
+        {
+            let _pass = shared.sasl_gate.read().await;
+            self.enqueue(Outgoing {
+                frame,
+                splices,
+                written: Some((reply, permit)),
+            })
+            .await?;
+            self.count(api_key);
         }
+        match written.await {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => Err(shared.current_close_error()),
+        }
+    }
 
+    /// Registers the request as pending (its permit held by the entry), queues its frame and
+    /// waits for the response frame.
+    #[inline(always)]
+    async fn await_response(
+        &self,
+        api_key: i16,
+        permit: OwnedSemaphorePermit,
+        correlation_id: i32,
+        frame: Bytes,
+        splices: Vec<Splice>,
+    ) -> Result<Bytes> {
+        let shared = &*self.shared;
         let (reply, response) = oneshot::channel();
         {
             let mut state = shared.lock();
@@ -514,7 +594,7 @@ impl Core {
             self.count(api_key);
         }
         match response.await {
-            Ok(r) => r.map(Some),
+            Ok(r) => r,
             Err(_) => Err(shared.current_close_error()),
         }
     }
@@ -983,12 +1063,12 @@ mod tests {
             server
         });
         let (a, b, c) = tokio::join!(
-            core.call(0, "t", true, LONG, 16, body(1)),
-            core.call(0, "t", true, LONG, 16, body(2)),
-            core.call(3, "t", true, LONG, 16, body(3)),
+            core.call(0, "t", LONG, 16, body(1)),
+            core.call(0, "t", LONG, 16, body(2)),
+            core.call(3, "t", LONG, 16, body(3)),
         );
         for (r, m) in [(a, 1u8), (b, 2), (c, 3)] {
-            let frame = r.unwrap().unwrap();
+            let frame = r.unwrap();
             assert_eq!(frame.len(), 5);
             assert_eq!(frame[4], m);
         }
@@ -1011,9 +1091,9 @@ mod tests {
             drop(server);
         });
         let (a, b, c) = tokio::join!(
-            core.call(0, "t", true, LONG, 16, body(1)),
-            core.call(0, "t", true, LONG, 16, body(2)),
-            core.call(0, "t", true, LONG, 16, body(3)),
+            core.call(0, "t", LONG, 16, body(1)),
+            core.call(0, "t", LONG, 16, body(2)),
+            core.call(0, "t", LONG, 16, body(3)),
         );
         server.await.unwrap();
         for r in [a, b, c] {
@@ -1028,7 +1108,7 @@ mod tests {
             }
         }
         // Later calls fail at once with the same cause, without hanging.
-        let later = core.call(0, "t", true, LONG, 16, body(4)).await;
+        let later = core.call(0, "t", LONG, 16, body(4)).await;
         assert!(matches!(later, Err(Error::ConnectionClosed { .. })));
         assert!(later.unwrap_err().is_retriable());
     }
@@ -1046,7 +1126,7 @@ mod tests {
             let mut rest = Vec::new();
             let _ = server.read_to_end(&mut rest).await;
         });
-        let r = core.call(0, "t", true, LONG, 16, body(1)).await;
+        let r = core.call(0, "t", LONG, 16, body(1)).await;
         match r {
             Err(Error::ConnectionClosed {
                 cause: CloseCause::InvalidFrameSize { size, max },
@@ -1071,7 +1151,7 @@ mod tests {
             let mut rest = Vec::new();
             let _ = server.read_to_end(&mut rest).await;
         });
-        let r = core.call(0, "t", true, LONG, 16, body(1)).await;
+        let r = core.call(0, "t", LONG, 16, body(1)).await;
         assert!(matches!(
             r,
             Err(Error::ConnectionClosed {
@@ -1090,10 +1170,10 @@ mod tests {
         let (_server, _) = listener.accept().await.unwrap();
         let waiting = tokio::spawn({
             let core = core.clone();
-            async move { core.call(3, "Metadata", true, LONG, 16, body(2)).await }
+            async move { core.call(3, "Metadata", LONG, 16, body(2)).await }
         });
         let r = core
-            .call(0, "Produce", true, Duration::from_millis(200), 16, body(1))
+            .call(0, "Produce", Duration::from_millis(200), 16, body(1))
             .await;
         match r {
             Err(e @ Error::Timeout { .. }) => {
@@ -1128,7 +1208,7 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         // API key 1: Fetch, which the broker may hold up to its max_wait.
         let r = core
-            .call(1, "Fetch", true, Duration::from_millis(200), 16, body(1))
+            .call(1, "Fetch", Duration::from_millis(200), 16, body(1))
             .await;
         assert!(
             matches!(
@@ -1146,12 +1226,12 @@ mod tests {
         write_response(&mut server, cid1, b"late").await;
         let next = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, 16, body(2)).await }
+            async move { core.call(0, "t", LONG, 16, body(2)).await }
         });
         let (cid2, marker) = read_request(&mut server).await;
         assert_ne!(cid1, cid2);
         write_response(&mut server, cid2, &[marker]).await;
-        let frame = next.await.unwrap().unwrap().unwrap();
+        let frame = next.await.unwrap().unwrap();
         assert_eq!(&frame[4..], &[2]);
         assert!(!core.is_closed());
     }
@@ -1163,7 +1243,7 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         let abandoned = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, 16, body(1)).await }
+            async move { core.call(0, "t", LONG, 16, body(1)).await }
         });
         let (cid1, _) = read_request(&mut server).await;
         abandoned.abort();
@@ -1171,11 +1251,11 @@ mod tests {
         write_response(&mut server, cid1, b"nobody").await;
         let next = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, 16, body(2)).await }
+            async move { core.call(0, "t", LONG, 16, body(2)).await }
         });
         let (cid2, marker) = read_request(&mut server).await;
         write_response(&mut server, cid2, &[marker]).await;
-        assert_eq!(&next.await.unwrap().unwrap().unwrap()[4..], &[2]);
+        assert_eq!(&next.await.unwrap().unwrap()[4..], &[2]);
     }
 
     #[tokio::test]
@@ -1198,7 +1278,7 @@ mod tests {
         for m in 0..3u8 {
             let core = core.clone();
             calls.push(tokio::spawn(async move {
-                core.call(0, "t", true, LONG, 16, body(m)).await
+                core.call(0, "t", LONG, 16, body(m)).await
             }));
         }
         let first = read_request(&mut server).await;
@@ -1213,7 +1293,7 @@ mod tests {
         write_response(&mut server, second.0, &[second.1]).await;
         write_response(&mut server, third.0, &[third.1]).await;
         for c in calls {
-            c.await.unwrap().unwrap().unwrap();
+            c.await.unwrap().unwrap();
         }
     }
 
@@ -1222,11 +1302,10 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let core = connect(&listener).await;
         let (mut server, _) = listener.accept().await.unwrap();
-        let r = core
-            .call(0, "Produce", false, LONG, 16, body(9))
+        // Returns once written: `Ok(())`, no response frame.
+        core.call_no_answer(0, "Produce", LONG, 16, body(9))
             .await
             .unwrap();
-        assert!(r.is_none());
         let (_, marker) = read_request(&mut server).await;
         assert_eq!(marker, 9);
         assert_eq!(core.requests_sent(0), 1);
@@ -1335,14 +1414,12 @@ mod tests {
             };
             let core = Core::start_io(rd, wr, "test".into(), config());
             for attempt in 0..2 {
-                let r = core
-                    .call(0, "Produce", false, LONG, plain.len(), |_, buf| {
-                        req.encode(buf, 9)?;
-                        Ok(())
-                    })
-                    .await
-                    .unwrap();
-                assert!(r.is_none());
+                core.call_no_answer(0, "Produce", LONG, plain.len(), |_, buf| {
+                    req.encode(buf, 9)?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
                 let mut frame = vec![0u8; 4 + plain.len()];
                 peer.read_exact(&mut frame).await.unwrap();
                 assert_eq!(
@@ -1391,7 +1468,10 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         let second = core.clone();
         drop(core);
-        second.call(0, "t", false, LONG, 16, body(1)).await.unwrap();
+        second
+            .call_no_answer(0, "t", LONG, 16, body(1))
+            .await
+            .unwrap();
         read_request(&mut server).await;
         drop(second);
         // The client shuts its side down: the server reads end-of-stream.
@@ -1426,8 +1506,8 @@ mod tests {
         assert!(first.unwrap().is_empty());
         let second = core.call_raw("SaslAuthenticate", LONG, b"x").await.unwrap();
         assert_eq!(&second[..], b"abc");
-        let framed = core.call(0, "t", true, LONG, 16, body(7)).await.unwrap();
-        assert_eq!(&framed.unwrap()[4..], &[7]);
+        let framed = core.call(0, "t", LONG, 16, body(7)).await.unwrap();
+        assert_eq!(&framed[4..], &[7]);
         server.await.unwrap();
     }
 
@@ -1438,7 +1518,7 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         let pending = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, 16, body(1)).await }
+            async move { core.call(0, "t", LONG, 16, body(1)).await }
         });
         let (cid, marker) = read_request(&mut server).await;
         let err = core.call_raw("SaslAuthenticate", LONG, b"tok").await;
@@ -1454,7 +1534,7 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         let waiting = tokio::spawn({
             let core = core.clone();
-            async move { core.call(0, "t", true, LONG, 16, body(1)).await }
+            async move { core.call(0, "t", LONG, 16, body(1)).await }
         });
         read_request(&mut server).await;
         core.close();
@@ -1529,15 +1609,11 @@ mod tests {
 
         for round in 0..2 {
             let (a, b, c) = tokio::join!(
-                core.call(0, "t", true, LONG, 16, body(1)),
-                core.call(1, "t", true, LONG, 16, body(2)),
-                core.call(0, "t", true, LONG, 16, body(3)),
+                core.call(0, "t", LONG, 16, body(1)),
+                core.call(1, "t", LONG, 16, body(2)),
+                core.call(0, "t", LONG, 16, body(3)),
             );
-            let (a, frame, c) = (
-                a.unwrap().unwrap(),
-                b.unwrap().unwrap(),
-                c.unwrap().unwrap(),
-            );
+            let (a, frame, c) = (a.unwrap(), b.unwrap(), c.unwrap());
             assert_eq!((&a[4..], &c[4..]), (&[1u8][..], &[3u8][..]));
             assert_eq!(frame[4..], records[..]);
             let stats = pool.stats();
@@ -1594,17 +1670,9 @@ mod tests {
             write_response(&mut server, cid, &s2).await;
             server
         });
-        let frame = core
-            .call(1, "t", true, LONG, 16, body(1))
-            .await
-            .unwrap()
-            .unwrap();
+        let frame = core.call(1, "t", LONG, 16, body(1)).await.unwrap();
         assert_eq!(frame[4..], big[..]);
-        let frame2 = core
-            .call(1, "t", true, LONG, 16, body(2))
-            .await
-            .unwrap()
-            .unwrap();
+        let frame2 = core.call(1, "t", LONG, 16, body(2)).await.unwrap();
         assert_eq!(frame2[4..], small[..]);
         let stats = pool.stats()[0];
         assert_eq!((stats.pooled, stats.overflow_allocated), (0, 0));

@@ -1,7 +1,7 @@
 //! [`Conn`]: one connection to one broker, shared by concurrent callers.
 
 pub(crate) mod aborted;
-pub(crate) mod core;
+mod core;
 pub(crate) mod fetch;
 pub(crate) mod metadata;
 pub(crate) mod offsets;
@@ -20,7 +20,7 @@ use bytes::{Bytes, BytesMut};
 use kafkit_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
 use kafkit_protocol::{ApiKey, ErrorCode, Message, Request, VersionRange};
 
-use self::core::Core;
+pub(crate) use self::core::{Core, CoreConfig, SPLICE_MIN};
 use crate::error::{Error, Result};
 
 /// Name and version reported to brokers in ApiVersions v3+ (KIP-511).
@@ -277,43 +277,101 @@ impl Conn {
         version: i16,
         extra_wait: Duration,
     ) -> Result<R::Response> {
-        let frame = self.send(req, version, true, extra_wait).await?;
-        let mut frame = frame.ok_or_else(|| Error::Protocol("missing response".into()))?;
-        decode_response::<R>(&mut frame, version)
+        let mut frame = self.request_frame(req, version, extra_wait).await?;
+        let resp = R::Response::decode(&mut frame, version)?;
+        Ok(resp)
     }
 
-    /// Encodes and sends one request; `None` when `expect_response` is false.
+    /// As [`Conn::request_at`], but the response's body is handed back undecoded (its header
+    /// read past), for a caller that decodes it its own way (the writer reads a Produce answer
+    /// into the last one's memory).
+    pub(crate) async fn request_frame<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        extra_wait: Duration,
+    ) -> Result<Bytes> {
+        let mut frame = self.send(req, version, extra_wait).await?;
+        skip_response_header::<R>(&mut frame, version)?;
+        Ok(frame)
+    }
+
+    /// Encodes and sends one request and returns its response frame (starting with the
+    /// correlation id).
     pub(crate) async fn send<R: Request>(
         &self,
         req: &R,
         version: i16,
-        expect_response: bool,
         extra_wait: Duration,
-    ) -> Result<Option<Bytes>> {
-        let client_id = &self.inner.client_id;
-        // Header: api key, version, correlation id, client id (length + bytes), tag buffer.
-        let size_hint = 2 + 2 + 4 + 2 + client_id.len() + 1 + req.compute_size(version)?;
+    ) -> Result<Bytes> {
+        let (size_hint, timeout) = self.call_sizes(req, version, extra_wait)?;
         self.core
             .call(
                 R::API_KEY as i16,
                 R::API_KEY.name(),
-                expect_response,
-                self.inner.request_timeout.saturating_add(extra_wait),
+                timeout,
                 size_hint,
-                |correlation_id, buf: &mut BytesMut| {
-                    // Written from the borrowed client id: a `RequestHeader` would need its own
-                    // copy (an allocation per request).
-                    kafkit_protocol::write_request_header::<R>(
-                        buf,
-                        version,
-                        correlation_id,
-                        Some(client_id),
-                    )?;
-                    req.encode(buf, version)?;
-                    Ok(())
-                },
+                |correlation_id, buf: &mut BytesMut| self.encode(req, version, correlation_id, buf),
             )
             .await
+    }
+
+    /// Encodes and sends one request that gets no response (a Produce with acks=0); returns
+    /// once it is written.
+    pub(crate) async fn send_no_answer<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        extra_wait: Duration,
+    ) -> Result<()> {
+        let (size_hint, timeout) = self.call_sizes(req, version, extra_wait)?;
+        self.core
+            .call_no_answer(
+                R::API_KEY as i16,
+                R::API_KEY.name(),
+                timeout,
+                size_hint,
+                |correlation_id, buf: &mut BytesMut| self.encode(req, version, correlation_id, buf),
+            )
+            .await
+    }
+
+    /// A request's expected size (header and body) and how long to wait for it.
+    #[inline(always)]
+    fn call_sizes<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        extra_wait: Duration,
+    ) -> Result<(usize, Duration)> {
+        let client_id = &self.inner.client_id;
+        // Header: api key, version, correlation id, client id (length + bytes), tag buffer.
+        let size_hint = 2 + 2 + 4 + 2 + client_id.len() + 1 + req.compute_size(version)?;
+        Ok((
+            size_hint,
+            self.inner.request_timeout.saturating_add(extra_wait),
+        ))
+    }
+
+    /// Appends the request header and `req`'s body to `buf`.
+    #[inline(always)]
+    fn encode<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        correlation_id: i32,
+        buf: &mut BytesMut,
+    ) -> Result<()> {
+        // Written from the borrowed client id: a `RequestHeader` would need its own copy (an
+        // allocation per request).
+        kafkit_protocol::write_request_header::<R>(
+            buf,
+            version,
+            correlation_id,
+            Some(&self.inner.client_id),
+        )?;
+        req.encode(buf, version)?;
+        Ok(())
     }
 
     /// Sends ApiVersions and returns the broker's answer.
@@ -343,10 +401,7 @@ impl Conn {
             Some(b) => b.intersect(&ours).map_or(ours.min, |r| r.max),
             None => ours.max,
         };
-        let frame = self
-            .send(&req, first, true, Duration::ZERO)
-            .await?
-            .ok_or_else(|| Error::Protocol("missing response".into()))?;
+        let frame = self.send(&req, first, Duration::ZERO).await?;
         // Every ApiVersions response version starts with the error code, right after the
         // 4-byte correlation id of response header v0.
         let code = frame
@@ -365,10 +420,7 @@ impl Conn {
                 .map_or(0, |r| r.max);
             let retry = if retry >= first { 0 } else { retry };
             tracing::debug!(addr = %self.addr(), first, retry, "ApiVersions version not supported, retrying");
-            let frame = self
-                .send(&req, retry, true, Duration::ZERO)
-                .await?
-                .ok_or_else(|| Error::Protocol("missing response".into()))?;
+            let frame = self.send(&req, retry, Duration::ZERO).await?;
             decode_api_versions(frame, retry)?
         } else {
             decode_api_versions(frame, first)?
@@ -440,7 +492,7 @@ fn decode_response<R: Request>(frame: &mut Bytes, version: i16) -> Result<R::Res
 ///
 /// # Errors
 /// A header that does not decode.
-pub(crate) fn skip_response_header<R: Request>(frame: &mut Bytes, version: i16) -> Result<()> {
+fn skip_response_header<R: Request>(frame: &mut Bytes, version: i16) -> Result<()> {
     ResponseHeader::decode(frame, R::response_header_version(version))?;
     Ok(())
 }

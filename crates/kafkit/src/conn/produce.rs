@@ -437,7 +437,7 @@ impl Conn {
             .with_topic_data(topic_data);
         let wait = timeout;
         if acks == Acks::None {
-            self.send(&req, version, false, wait).await?;
+            self.send_no_answer(&req, version, wait).await?;
             return Ok(batches
                 .entries
                 .iter()

@@ -557,7 +557,7 @@ async fn send_part<R: SplitApi>(
                 t.send_to(node, R::CONN, &sub, opts).await.map(Some)
             } else {
                 // acks=0: no response frame; done once the request is written.
-                conn.send(&sub, version, false, Duration::ZERO)
+                conn.send_no_answer(&sub, version, Duration::ZERO)
                     .await
                     .map(|_| None)
             };

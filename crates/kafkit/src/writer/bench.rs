@@ -149,11 +149,10 @@ fn encode_round(
             kept.frame.clear();
             // As `Conn` encodes a request: the batches stay out of the frame (vectored writes).
             let splices = std::mem::take(&mut kept.splices);
-            let (encoded, splices) = kafkit_protocol::splice::collect_into(
-                crate::conn::core::SPLICE_MIN,
-                splices,
-                || lists.produce.encode(&mut kept.frame, 9),
-            );
+            let (encoded, splices) =
+                kafkit_protocol::splice::collect_into(crate::conn::SPLICE_MIN, splices, || {
+                    lists.produce.encode(&mut kept.frame, 9)
+                });
             kept.splices = splices;
             encoded.map_err(|e| ProduceError::from(Error::from(e)))?;
             stats.requests += 1;

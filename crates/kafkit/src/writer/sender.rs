@@ -441,13 +441,13 @@ async fn send(
     }
     let io = async {
         if config.acks == Acks::None {
-            conn.send(req, version, false, wait).await.map(|_| false)
+            conn.send_no_answer(req, version, wait)
+                .await
+                .map(|()| false)
         } else {
             // As `Conn::request_at`, but the body read into the last answer's memory.
-            let frame = conn.send(req, version, true, wait).await?;
-            let mut frame = frame.ok_or_else(|| Error::Protocol("missing response".into()))?;
-            crate::conn::skip_response_header::<ProduceRequest>(&mut frame, version)?;
-            super::answer::read_answer(&mut frame, version, answer)?;
+            let mut body = conn.request_frame(req, version, wait).await?;
+            super::answer::read_answer(&mut body, version, answer)?;
             if version >= PRODUCE_BY_TOPIC_ID {
                 name_answer_topics(req, answer);
             }

@@ -24,11 +24,13 @@ use std::time::{Duration, Instant};
 
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, TxnOffsetCommitRequest,
-    add_partitions_to_txn_request, txn_offset_commit_request,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
+    TxnOffsetCommitRequest, add_partitions_to_txn_request, txn_offset_commit_request,
 };
 
 use super::Writer;
+use super::accumulator::{PartState, State};
+use super::batch::PartId;
 use super::inner::Inner;
 use super::router::{ProducerIdError, ask_producer_id};
 use super::txn_state::{Txn, code_error};
@@ -297,13 +299,12 @@ impl Writer {
         group: &ConsumerGroupMetadata,
         timeout: Duration,
     ) -> Result<(), TransactionError> {
+        const OP: &str = "send_offsets_to_transaction";
         let txn_id = self.txn_id()?.to_owned();
         let inner = &self.inner;
         let started = Instant::now();
         let mut topics = offsets_request(offsets, group)?;
-        let _op = inner
-            .txn_op_lock(timeout, "send_offsets_to_transaction")
-            .await?;
+        let _op = inner.txn_op_lock(timeout, OP).await?;
         let mut v2 = false;
         let (pid, epoch) = inner.with_txn_producer(|t| match t.state {
             TransactionPhase::InTransaction => {
@@ -312,42 +313,30 @@ impl Writer {
             }
             TransactionPhase::AbortableError | TransactionPhase::FatalError => {
                 Err(t.error.clone().unwrap_or(TransactionError::InvalidState {
-                    operation: "send_offsets_to_transaction",
+                    operation: OP,
                     state: t.state,
                 }))
             }
             state => Err(TransactionError::InvalidState {
-                operation: "send_offsets_to_transaction",
+                operation: OP,
                 state,
             }),
         })?;
-        const OP: &str = "send_offsets_to_transaction";
         let fail = |e: TransactionError| {
             inner.txn_error(e.clone());
             e
         };
-        if v2 {
-            // KIP-890 part 2: TxnOffsetCommit v5+ adds the group's offsets partition to the
-            // transaction itself (Java skips AddOffsetsToTxn too); the transaction's end needs
-            // EndTxn whatever this request's fate, since it may have reached the coordinator.
-            inner.with_txn(|t| {
-                t.started = true;
-                Ok(())
-            })?;
-        } else {
-            // The coordinator adds the group's offsets partition to the transaction.
-            add_offsets_to_txn(
-                inner,
-                &txn_id,
-                (pid, epoch),
-                &group.group_id,
-                OP,
-                timeout,
-                started,
-            )
-            .await
-            .map_err(fail)?;
-        }
+        offsets_into_transaction(
+            inner,
+            &txn_id,
+            (pid, epoch),
+            &group.group_id,
+            v2,
+            timeout,
+            started,
+        )
+        .await
+        .map_err(fail)?;
         let max = if v2 {
             // v6 names topics by id (KIP-1319): only when the writer's metadata has every
             // topic's id (as Java's `forTopicIdsOrNames`), else names at v5.
@@ -364,34 +353,9 @@ impl Writer {
             .with_member_id(group.member_id.clone())
             .with_group_instance_id(group.group_instance_id.clone())
             .with_topics(topics);
-        let left = timeout.saturating_sub(started.elapsed());
-        let resp = inner
-            .transport
-            .txn_offset_commit_capped(&commit, max, left)
+        txn_offset_commit(inner, &commit, max, timeout, started)
             .await
-            .map_err(|e| fail(client_error(OP, timeout, e, true)))?;
-        let refused = resp
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .map(|p| p.error_code)
-            .find(|c| !c.is_ok());
-        if let Some(code) = refused {
-            // Retriable codes on some partitions only (the transport resends only when every
-            // partition has one): a leader moved; the transaction cannot be trusted to hold
-            // them, as Java's TxnOffsetCommit handler it is abortable once the call ends.
-            if code == ErrorCode::UNKNOWN_TOPIC_ID {
-                // v6 named a topic by an id that is gone (deleted, or created again under its
-                // name): the metadata is refreshed now, so the next transaction names the
-                // current id.
-                let names: Vec<&str> = commit.topics.iter().map(|t| t.name.as_str()).collect();
-                inner.transport.invalidate_topics(names.iter().copied());
-                let left = timeout.saturating_sub(started.elapsed());
-                let _ = tokio::time::timeout(left, inner.transport.metadata_for(&names)).await;
-            }
-            return Err(fail(code_error("TxnOffsetCommit", code, true)));
-        }
-        Ok(())
+            .map_err(fail)
     }
 
     /// Commits the open transaction (Java `commitTransaction`): sends every buffered record
@@ -462,6 +426,61 @@ impl Writer {
         let inner = &self.inner;
         let started = Instant::now();
         let _op = inner.txn_op_lock(timeout, op).await?;
+        self.settle_before_end(committed, op, timeout, started)
+            .await?;
+        let mut end = EndPoint::read(inner, committed)?;
+        if let Some(group) = end.unanswered.take() {
+            end.needs_end = settle_unanswered_offsets(
+                inner,
+                &txn_id,
+                (end.pid, end.epoch),
+                &group,
+                committed,
+                op,
+                timeout,
+                started,
+            )
+            .await?;
+        }
+        let next_v2 =
+            end_and_next_flow(inner, &txn_id, &end, committed, op, timeout, started).await?;
+        // Upgrading to KIP-890 part 2 bumps the epoch first (Java's
+        // `clientSideEpochBumpRequired`): the classic transaction's epoch is fenced, so no
+        // partition of it counts as added to the first implicit one.
+        let upgrade = next_v2 && !end.v2;
+        if end.bump || upgrade {
+            bump_through_coordinator(inner, &txn_id, next_v2, op, timeout, started).await?;
+        }
+        if next_v2 != end.v2 {
+            tracing::info!(
+                transactional_id = %txn_id,
+                kip_890 = next_v2,
+                "writer: transaction.version changed; the next transaction follows it"
+            );
+        }
+        inner.with_txn(|t| {
+            t.clear();
+            if !committed || upgrade {
+                t.bump_needed = false;
+            }
+            t.v2 = next_v2;
+            t.state = TransactionPhase::Ready;
+            Ok(())
+        })
+    }
+
+    /// [`Writer::end_transaction`]'s first phase: the state moved to `CommittingTransaction` or
+    /// `AbortingTransaction` (an abort fails the unsent records at once), then every record of
+    /// the transaction settled and no AddPartitionsToTxn left in flight, by `timeout` from
+    /// `started`.
+    async fn settle_before_end(
+        &self,
+        committed: bool,
+        op: &'static str,
+        timeout: Duration,
+        started: Instant,
+    ) -> Result<(), TransactionError> {
+        let inner = &self.inner;
         inner.with_txn(|t| {
             if committed {
                 t.enter_commit()
@@ -485,110 +504,189 @@ impl Writer {
                 last: None,
             });
         }
-        inner.added_settled(timeout, started, op).await?;
-        let (pid, epoch, mut needs_end, unanswered, bump, v2) = {
-            let st = inner.lock();
-            let t = st.txn.as_ref().expect("a transactional writer");
-            match (&t.error, t.state) {
-                // A commit fails with any error of the transaction, an abort with a fatal one.
-                (Some(e), _) if committed => return Err(e.clone()),
-                (Some(e), TransactionPhase::FatalError) => return Err(e.clone()),
-                _ => {}
-            }
-            // KIP-890 part 2: EndTxn bumps the epoch itself (Java's
-            // `needToTriggerEpochBumpFromClient` is false under transaction.version 2).
-            let bump = !committed && t.bump_needed && !(t.v2 && t.started);
-            let unanswered = t.offsets_unanswered.clone().filter(|_| !t.started);
-            (
-                st.producer.id,
-                st.producer.epoch,
-                t.started,
-                unanswered,
-                bump,
-                t.v2,
-            )
-        };
-        if let Some(group) = unanswered {
-            needs_end = settle_unanswered_offsets(
-                inner,
-                &txn_id,
-                (pid, epoch),
-                &group,
-                committed,
-                op,
-                timeout,
-                started,
-            )
-            .await?;
+        inner.added_settled(timeout, started, op).await
+    }
+}
+
+/// Where a transaction's end stands once its records settled ([`EndPoint::read`]).
+struct EndPoint {
+    /// The producer id and epoch the transaction ran with.
+    pid: i64,
+    epoch: i16,
+    /// The coordinator knows of the transaction: EndTxn is needed.
+    needs_end: bool,
+    /// An AddOffsetsToTxn of this group was never answered (and nothing else began the
+    /// transaction): sent again before deciding on EndTxn.
+    unanswered: Option<String>,
+    /// An abort that needs the KIP-360 bump through the coordinator.
+    bump: bool,
+    /// The transaction ran on KIP-890 part 2's flow.
+    v2: bool,
+}
+
+impl EndPoint {
+    /// The state after the records settled, or the transaction's error that ends the call: a
+    /// commit fails with any error of the transaction, an abort with a fatal one.
+    fn read(inner: &Inner, committed: bool) -> Result<EndPoint, TransactionError> {
+        let st = inner.lock();
+        let t = st.txn.as_ref().expect("a transactional writer");
+        match (&t.error, t.state) {
+            // A commit fails with any error of the transaction, an abort with a fatal one.
+            (Some(e), _) if committed => return Err(e.clone()),
+            (Some(e), TransactionPhase::FatalError) => return Err(e.clone()),
+            _ => {}
         }
-        // The next transaction's flow, from the coordinator's finalized transaction.version
-        // now (Java re-reads it as each transaction ends, after building its EndTxn), asked
-        // alongside EndTxn so the end waits no longer: this one ends at the version it began
-        // with. Unknown (no answer in time): unchanged.
-        let left = timeout.saturating_sub(started.elapsed());
-        let ask = async {
-            tokio::time::timeout(left, transaction_v2(inner, &txn_id))
-                .await
-                .ok()
-                .flatten()
-        };
-        let next_v2 = if needs_end {
-            let end = end_txn(inner, &txn_id, pid, epoch, committed, op, timeout, started);
-            let (ended, next) = tokio::join!(end, ask);
-            ended?;
-            // Done: a call resumed after the bump below failed or timed out runs only the
-            // bump, as Java does. EndTxn sent again with the old epoch after a bump the
-            // coordinator carried out (its answer lost) would be fenced.
-            inner.with_txn(|t| {
-                t.started = false;
-                t.offsets_unanswered = None;
-                Ok(())
-            })?;
-            next
-        } else {
-            ask.await
-        }
-        .unwrap_or(v2);
-        // Upgrading to KIP-890 part 2 bumps the epoch first (Java's
-        // `clientSideEpochBumpRequired`): the classic transaction's epoch is fenced, so no
-        // partition of it counts as added to the first implicit one.
-        let upgrade = next_v2 && !v2;
-        if bump || upgrade {
-            // KIP-360: a new epoch for the same id through the transaction coordinator, so
-            // sequences restart at 0 and nothing of the aborted transaction can be mistaken
-            // for the next one's.
-            let (pid, epoch) = {
-                let st = inner.lock();
-                (st.producer.id, st.producer.epoch)
-            };
-            let (id, epoch) = init_producer_id(inner, &txn_id, pid, epoch, op, timeout, started)
-                .await
-                .inspect_err(|e| inner.txn_error(e.clone()))?;
-            inner.lock().new_producer(id, epoch);
-            tracing::info!(
-                producer_id = id,
-                producer_epoch = epoch,
-                kip_890 = next_v2,
-                "writer: epoch bumped through the transaction coordinator (KIP-360)"
-            );
-        }
-        if next_v2 != v2 {
-            tracing::info!(
-                transactional_id = %txn_id,
-                kip_890 = next_v2,
-                "writer: transaction.version changed; the next transaction follows it"
-            );
-        }
-        inner.with_txn(|t| {
-            t.clear();
-            if !committed || upgrade {
-                t.bump_needed = false;
-            }
-            t.v2 = next_v2;
-            t.state = TransactionPhase::Ready;
-            Ok(())
+        // KIP-890 part 2: EndTxn bumps the epoch itself (Java's
+        // `needToTriggerEpochBumpFromClient` is false under transaction.version 2).
+        let bump = !committed && t.bump_needed && !(t.v2 && t.started);
+        let unanswered = t.offsets_unanswered.clone().filter(|_| !t.started);
+        Ok(EndPoint {
+            pid: st.producer.id,
+            epoch: st.producer.epoch,
+            needs_end: t.started,
+            unanswered,
+            bump,
+            v2: t.v2,
         })
     }
+}
+
+/// EndTxn when the coordinator knows of the transaction (`end`), asked alongside the next
+/// transaction's flow; returns whether that flow is KIP-890 part 2's.
+#[allow(clippy::too_many_arguments)]
+async fn end_and_next_flow(
+    inner: &Inner,
+    txn_id: &str,
+    end: &EndPoint,
+    committed: bool,
+    op: &'static str,
+    timeout: Duration,
+    started: Instant,
+) -> Result<bool, TransactionError> {
+    // The next transaction's flow, from the coordinator's finalized transaction.version
+    // now (Java re-reads it as each transaction ends, after building its EndTxn), asked
+    // alongside EndTxn so the end waits no longer: this one ends at the version it began
+    // with. Unknown (no answer in time): unchanged.
+    let left = timeout.saturating_sub(started.elapsed());
+    let ask = async {
+        tokio::time::timeout(left, transaction_v2(inner, txn_id))
+            .await
+            .ok()
+            .flatten()
+    };
+    let next = if end.needs_end {
+        let (pid, epoch) = (end.pid, end.epoch);
+        let ended = end_txn(inner, txn_id, pid, epoch, committed, op, timeout, started);
+        let (ended, next) = tokio::join!(ended, ask);
+        ended?;
+        // Done: a call resumed after the bump below failed or timed out runs only the
+        // bump, as Java does. EndTxn sent again with the old epoch after a bump the
+        // coordinator carried out (its answer lost) would be fenced.
+        inner.with_txn(|t| {
+            t.started = false;
+            t.offsets_unanswered = None;
+            Ok(())
+        })?;
+        next
+    } else {
+        ask.await
+    };
+    Ok(next.unwrap_or(end.v2))
+}
+
+/// KIP-360: a new epoch for the same id through the transaction coordinator, so sequences
+/// restart at 0 and nothing of the aborted transaction can be mistaken for the next one's
+/// (`next_v2`: the next transaction's flow, for the log).
+async fn bump_through_coordinator(
+    inner: &Inner,
+    txn_id: &str,
+    next_v2: bool,
+    op: &'static str,
+    timeout: Duration,
+    started: Instant,
+) -> Result<(), TransactionError> {
+    let (pid, epoch) = {
+        let st = inner.lock();
+        (st.producer.id, st.producer.epoch)
+    };
+    let (id, epoch) = init_producer_id(inner, txn_id, pid, epoch, op, timeout, started)
+        .await
+        .inspect_err(|e| inner.txn_error(e.clone()))?;
+    inner.lock().new_producer(id, epoch);
+    tracing::info!(
+        producer_id = id,
+        producer_epoch = epoch,
+        kip_890 = next_v2,
+        "writer: epoch bumped through the transaction coordinator (KIP-360)"
+    );
+    Ok(())
+}
+
+/// The group's offsets partition into the transaction of `txn_id` (`producer`: its id and
+/// epoch): on KIP-890 part 2's flow (`v2`) TxnOffsetCommit adds it itself, else
+/// AddOffsetsToTxn, bounded by `timeout` from `started`.
+async fn offsets_into_transaction(
+    inner: &Inner,
+    txn_id: &str,
+    producer: (i64, i16),
+    group: &str,
+    v2: bool,
+    timeout: Duration,
+    started: Instant,
+) -> Result<(), TransactionError> {
+    const OP: &str = "send_offsets_to_transaction";
+    if v2 {
+        // KIP-890 part 2: TxnOffsetCommit v5+ adds the group's offsets partition to the
+        // transaction itself (Java skips AddOffsetsToTxn too); the transaction's end needs
+        // EndTxn whatever this request's fate, since it may have reached the coordinator.
+        inner.with_txn(|t| {
+            t.started = true;
+            Ok(())
+        })
+    } else {
+        // The coordinator adds the group's offsets partition to the transaction.
+        add_offsets_to_txn(inner, txn_id, producer, group, OP, timeout, started).await
+    }
+}
+
+/// TxnOffsetCommit of `commit` to the group's coordinator (at `max` or below), bounded by
+/// `timeout` from `started`; a partition's refusal is the call's error.
+async fn txn_offset_commit(
+    inner: &Inner,
+    commit: &TxnOffsetCommitRequest,
+    max: Option<i16>,
+    timeout: Duration,
+    started: Instant,
+) -> Result<(), TransactionError> {
+    const OP: &str = "send_offsets_to_transaction";
+    let left = timeout.saturating_sub(started.elapsed());
+    let resp = inner
+        .transport
+        .txn_offset_commit_capped(commit, max, left)
+        .await
+        .map_err(|e| client_error(OP, timeout, e, true))?;
+    let refused = resp
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.error_code)
+        .find(|c| !c.is_ok());
+    if let Some(code) = refused {
+        // Retriable codes on some partitions only (the transport resends only when every
+        // partition has one): a leader moved; the transaction cannot be trusted to hold
+        // them, as Java's TxnOffsetCommit handler it is abortable once the call ends.
+        if code == ErrorCode::UNKNOWN_TOPIC_ID {
+            // v6 named a topic by an id that is gone (deleted, or created again under its
+            // name): the metadata is refreshed now, so the next transaction names the
+            // current id.
+            let names: Vec<&str> = commit.topics.iter().map(|t| t.name.as_str()).collect();
+            inner.transport.invalidate_topics(names.iter().copied());
+            let left = timeout.saturating_sub(started.elapsed());
+            let _ = tokio::time::timeout(left, inner.transport.metadata_for(&names)).await;
+        }
+        return Err(code_error("TxnOffsetCommit", code, true));
+    }
+    Ok(())
 }
 
 /// The TxnOffsetCommit topics for `offsets`, checked (nothing sent when refused).
@@ -959,111 +1057,19 @@ impl Inner {
         let Some(txn_id) = self.config.transactional_id.as_deref() else {
             return false;
         };
-        let (req, ids, round) = {
-            let mut st = self.lock();
-            let (pid, epoch) = (st.producer.id, st.producer.epoch);
-            let State { txn, parts, .. } = &mut *st;
-            let Some(t) = txn.as_mut() else {
-                return false;
-            };
-            let open = matches!(
-                t.state,
-                TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction
-            );
-            if t.adding || t.pending.is_empty() || !open || t.v2 {
-                return false;
-            }
-            t.adding = true;
-            let round = t.round;
-            let ids = std::mem::take(&mut t.pending);
-            let mut topics: Vec<add_partitions_to_txn_request::AddPartitionsToTxnTopic> =
-                Vec::new();
-            for &id in &ids {
-                let p = &parts[id];
-                match topics.iter_mut().find(|t| *t.name == *p.topic) {
-                    Some(t) => t.partitions.push(p.partition),
-                    None => topics.push(
-                        add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
-                            .with_name(p.topic.to_string())
-                            .with_partitions(vec![p.partition]),
-                    ),
-                }
-            }
-            let req = AddPartitionsToTxnRequest::default()
-                .with_v3_and_below_transactional_id(txn_id.to_owned())
-                .with_v3_and_below_producer_id(pid)
-                .with_v3_and_below_producer_epoch(epoch)
-                .with_v3_and_below_topics(topics);
-            (req, ids, round)
+        let Some((req, ids, round)) = self.take_pending(txn_id) else {
+            return false;
         };
         let answer =
             tokio::time::timeout(bound, self.transport.round_trip_within(req, bound)).await;
-        let mut retry = false;
-        let mut failure = None;
-        let mut wake = Vec::new();
-        {
-            let mut st = self.lock();
-            let State { txn, parts, .. } = &mut *st;
-            let Some(t) = txn.as_mut() else {
-                return false;
-            };
-            t.adding = false;
-            self.txn_added.notify_waiters();
-            if t.round != round {
-                // The transaction ended meanwhile (it waited for this answer only up to its
-                // call's timeout): nothing of it goes into the next one.
-                return false;
-            }
-            let still_open = matches!(
-                t.state,
-                TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction
-            );
-            match answer {
-                Ok(Ok(resp)) => {
-                    let mut codes = std::collections::HashMap::new();
-                    for tr in &resp.results_by_topic_v3_and_below {
-                        for p in &tr.results_by_partition {
-                            codes.insert(
-                                (tr.name.as_str(), p.partition_index),
-                                p.partition_error_code,
-                            );
-                        }
-                    }
-                    for id in ids {
-                        let p = &parts[id];
-                        let code = codes
-                            .get(&(&*p.topic, p.partition))
-                            .copied()
-                            .unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR);
-                        if code.is_ok() {
-                            t.added.insert(id);
-                            t.started = true;
-                            if p.leader >= 0 {
-                                wake.push(p.leader);
-                            }
-                        } else if code.is_retriable() || code == ErrorCode::OPERATION_NOT_ATTEMPTED
-                        {
-                            // OPERATION_NOT_ATTEMPTED: another partition of the request failed.
-                            retry = true;
-                            if still_open {
-                                t.pending.push(id);
-                            }
-                        } else if failure.is_none() {
-                            failure = Some(code_error("AddPartitionsToTxn", code, true));
-                        }
-                    }
-                }
-                Ok(Err(e)) if !e.is_retriable() => {
-                    failure = Some(client_error("AddPartitionsToTxn", bound, e, true));
-                }
-                Ok(Err(_)) | Err(_) => {
-                    retry = true;
-                    if still_open {
-                        t.pending.extend(ids);
-                    }
-                }
-            }
-        }
+        let Some(Added {
+            retry,
+            failure,
+            mut wake,
+        }) = self.apply_added(answer, ids, round, bound)
+        else {
+            return false;
+        };
         if let Some(e) = failure {
             tracing::debug!(error = %e, "writer: AddPartitionsToTxn failed");
             self.txn_error(e);
@@ -1075,9 +1081,143 @@ impl Inner {
         }
         retry
     }
+
+    /// [`Inner::add_partitions`]'s request: the partitions waiting for AddPartitionsToTxn
+    /// (taken, and `adding` set), with the transaction's round; `None` when there is nothing
+    /// to add (no open transaction, one in flight already, or KIP-890's implicit adding).
+    fn take_pending(&self, txn_id: &str) -> Option<(AddPartitionsToTxnRequest, Vec<PartId>, u64)> {
+        let mut st = self.lock();
+        let (pid, epoch) = (st.producer.id, st.producer.epoch);
+        let State { txn, parts, .. } = &mut *st;
+        let t = txn.as_mut()?;
+        let open = matches!(
+            t.state,
+            TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction
+        );
+        if t.adding || t.pending.is_empty() || !open || t.v2 {
+            return None;
+        }
+        t.adding = true;
+        let round = t.round;
+        let ids = std::mem::take(&mut t.pending);
+        let mut topics: Vec<add_partitions_to_txn_request::AddPartitionsToTxnTopic> = Vec::new();
+        for &id in &ids {
+            let p = &parts[id];
+            match topics.iter_mut().find(|t| *t.name == *p.topic) {
+                Some(t) => t.partitions.push(p.partition),
+                None => topics.push(
+                    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                        .with_name(p.topic.to_string())
+                        .with_partitions(vec![p.partition]),
+                ),
+            }
+        }
+        let req = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(txn_id.to_owned())
+            .with_v3_and_below_producer_id(pid)
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(topics);
+        Some((req, ids, round))
+    }
+
+    /// Applies the AddPartitionsToTxn `answer` for partitions `ids` (sent in transaction round
+    /// `round`, bounded by `bound`) under the lock; `None` when the transaction ended meanwhile.
+    fn apply_added(
+        &self,
+        answer: Result<Result<AddPartitionsToTxnResponse, Error>, tokio::time::error::Elapsed>,
+        ids: Vec<PartId>,
+        round: u64,
+        bound: Duration,
+    ) -> Option<Added> {
+        let mut added = Added {
+            retry: false,
+            failure: None,
+            wake: Vec::new(),
+        };
+        let mut st = self.lock();
+        let State { txn, parts, .. } = &mut *st;
+        let t = txn.as_mut()?;
+        t.adding = false;
+        self.txn_added.notify_waiters();
+        if t.round != round {
+            // The transaction ended meanwhile (it waited for this answer only up to its
+            // call's timeout): nothing of it goes into the next one.
+            return None;
+        }
+        let still_open = matches!(
+            t.state,
+            TransactionPhase::InTransaction | TransactionPhase::CommittingTransaction
+        );
+        match answer {
+            Ok(Ok(resp)) => added.answered(t, parts, &resp, ids, still_open),
+            Ok(Err(e)) if !e.is_retriable() => {
+                added.failure = Some(client_error("AddPartitionsToTxn", bound, e, true));
+            }
+            Ok(Err(_)) | Err(_) => {
+                added.retry = true;
+                if still_open {
+                    t.pending.extend(ids);
+                }
+            }
+        }
+        Some(added)
+    }
 }
 
-use super::accumulator::State;
+/// What an AddPartitionsToTxn answer left to do once the writer's lock is released.
+struct Added {
+    /// Some partitions wait again: try again after the backoff.
+    retry: bool,
+    /// The transaction's error (abortable or fatal).
+    failure: Option<TransactionError>,
+    /// Leaders of the partitions added: their senders may send now.
+    wake: Vec<i32>,
+}
+
+impl Added {
+    /// Each partition of `ids` by its code in `resp`: added, waiting again (retriable), or
+    /// the transaction's failure.
+    fn answered(
+        &mut self,
+        t: &mut Txn,
+        parts: &[PartState],
+        resp: &AddPartitionsToTxnResponse,
+        ids: Vec<PartId>,
+        still_open: bool,
+    ) {
+        let mut codes = std::collections::HashMap::new();
+        for tr in &resp.results_by_topic_v3_and_below {
+            for p in &tr.results_by_partition {
+                codes.insert(
+                    (tr.name.as_str(), p.partition_index),
+                    p.partition_error_code,
+                );
+            }
+        }
+        for id in ids {
+            let p = &parts[id];
+            let code = codes
+                .get(&(&*p.topic, p.partition))
+                .copied()
+                .unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR);
+            if code.is_ok() {
+                t.added.insert(id);
+                t.started = true;
+                if p.leader >= 0 {
+                    self.wake.push(p.leader);
+                }
+            } else if code.is_retriable() || code == ErrorCode::OPERATION_NOT_ATTEMPTED {
+                // OPERATION_NOT_ATTEMPTED: another partition of the request failed.
+                self.retry = true;
+                if still_open {
+                    t.pending.push(id);
+                }
+            } else if self.failure.is_none() {
+                self.failure = Some(code_error("AddPartitionsToTxn", code, true));
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

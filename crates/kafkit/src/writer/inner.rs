@@ -183,21 +183,8 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
     let mut asked_creation = false;
     loop {
         let Some(inner) = weak.upgrade() else { break };
-        {
-            // Nobody waits any more: end, under the map's lock so no one subscribes meanwhile.
-            let mut lookups = inner
-                .lookups
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let keep = *lookup
-                .keep_until
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if attempts > 0 && lookup.state.receiver_count() == 0 && Instant::now() >= keep {
-                // Given up: `try_send` goes on answering with what it last learnt.
-                lookups.remove(&topic);
-                return;
-            }
+        if attempts > 0 && lookup_abandoned(&inner, &topic, &lookup) {
+            return;
         }
         let wait = Duration::from_millis(inner.config.request_timeout_ms);
         // One attempt per round: this loop is the retry loop. The transport's own retrying
@@ -209,50 +196,10 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
                 operation: "Metadata",
                 timeout: wait,
             }));
-        let mut done = None;
-        match fetched {
-            Ok(md) => match md.topic(&topic) {
-                Some(t) if t.error_code.is_ok() && !t.partitions.is_empty() => {
-                    inner.lock().set_topic_metadata(t, &md);
-                    inner.note_topic_error(&topic, None);
-                    done = Some(Ok(()));
-                }
-                found => {
-                    let code = match found {
-                        Some(t) if !t.error_code.is_ok() => t.error_code,
-                        _ => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    };
-                    lookup.state.send_modify(|s| s.last_code = Some(code));
-                    inner.note_topic_error(&topic, Some(no_metadata(&topic, code)));
-                    if !code.is_retriable() {
-                        done = Some(Err(no_metadata(&topic, code)));
-                    } else {
-                        if code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                            && inner.config.allow_auto_topic_creation
-                            && !asked_creation
-                        {
-                            asked_creation = true;
-                            let _ =
-                                tokio::time::timeout(wait, inner.ask_topic_creation(&topic)).await;
-                        }
-                        inner.transport.invalidate_topics([topic.as_str()]);
-                    }
-                }
-            },
-            Err(e) if e.is_retriable() => {
-                let e = ProduceError::from(e);
-                if lookup.state.borrow().last_code.is_none() {
-                    inner.note_topic_error(&topic, Some(e.clone()));
-                }
-                lookup.state.send_modify(|s| s.last_error = Some(e));
-            }
-            Err(e) => {
-                let code = lookup.state.borrow().last_code;
-                let e = code.map_or_else(|| e.into(), |c| no_metadata(&topic, c));
-                inner.note_topic_error(&topic, Some(e.clone()));
-                done = Some(Err(e));
-            }
-        }
+        let done = match fetched {
+            Ok(md) => lookup_answer(&inner, &topic, &lookup, &md, wait, &mut asked_creation).await,
+            Err(e) => lookup_failure(&inner, &topic, &lookup, e),
+        };
         if let Some(done) = done {
             inner
                 .lookups
@@ -269,6 +216,90 @@ async fn lookup_loop(weak: std::sync::Weak<Inner>, topic: String, lookup: Arc<To
         };
         drop(inner);
         tokio::time::sleep(backoff.delay(attempts)).await;
+    }
+}
+
+/// Whether nobody waits for the lookup of `topic` any more (and its `keep_until` passed): it
+/// is then removed, under the map's lock so no one subscribes meanwhile, and `try_send` goes
+/// on answering with what it last learnt.
+fn lookup_abandoned(inner: &Inner, topic: &str, lookup: &TopicLookup) -> bool {
+    // Nobody waits any more: end, under the map's lock so no one subscribes meanwhile.
+    let mut lookups = inner
+        .lookups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let keep = *lookup
+        .keep_until
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if lookup.state.receiver_count() == 0 && Instant::now() >= keep {
+        // Given up: `try_send` goes on answering with what it last learnt.
+        lookups.remove(topic);
+        return true;
+    }
+    false
+}
+
+/// A Metadata answer `md` for the lookup of `topic`: the end (known, or a code retrying cannot
+/// fix), or `None` to ask again (an unknown topic is asked to be created once, unless auto
+/// topic creation is off).
+async fn lookup_answer(
+    inner: &Inner,
+    topic: &str,
+    lookup: &TopicLookup,
+    md: &crate::conn::metadata::Metadata,
+    wait: Duration,
+    asked_creation: &mut bool,
+) -> Option<Result<(), ProduceError>> {
+    match md.topic(topic) {
+        Some(t) if t.error_code.is_ok() && !t.partitions.is_empty() => {
+            inner.lock().set_topic_metadata(t, md);
+            inner.note_topic_error(topic, None);
+            Some(Ok(()))
+        }
+        found => {
+            let code = match found {
+                Some(t) if !t.error_code.is_ok() => t.error_code,
+                _ => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            };
+            lookup.state.send_modify(|s| s.last_code = Some(code));
+            inner.note_topic_error(topic, Some(no_metadata(topic, code)));
+            if !code.is_retriable() {
+                return Some(Err(no_metadata(topic, code)));
+            }
+            if code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                && inner.config.allow_auto_topic_creation
+                && !*asked_creation
+            {
+                *asked_creation = true;
+                let _ = tokio::time::timeout(wait, inner.ask_topic_creation(topic)).await;
+            }
+            inner.transport.invalidate_topics([topic]);
+            None
+        }
+    }
+}
+
+/// A Metadata request of the lookup of `topic` that failed with `e`: `None` to ask again
+/// (retriable), else the end, with the topic's last code when one came.
+fn lookup_failure(
+    inner: &Inner,
+    topic: &str,
+    lookup: &TopicLookup,
+    e: Error,
+) -> Option<Result<(), ProduceError>> {
+    if e.is_retriable() {
+        let e = ProduceError::from(e);
+        if lookup.state.borrow().last_code.is_none() {
+            inner.note_topic_error(topic, Some(e.clone()));
+        }
+        lookup.state.send_modify(|s| s.last_error = Some(e));
+        None
+    } else {
+        let code = lookup.state.borrow().last_code;
+        let e = code.map_or_else(|| e.into(), |c| no_metadata(topic, c));
+        inner.note_topic_error(topic, Some(e.clone()));
+        Some(Err(e))
     }
 }
 
@@ -697,7 +728,49 @@ impl Inner {
             t.check_send()?;
         }
         let t = t.ok_or_else(|| no_metadata(topic, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))?;
-        let partition = match p.partition {
+        let partition = self.choose_partition(t, topic, p)?;
+        // The partition's id from the topic already found (one hash of the name per record);
+        // made on its first record.
+        let known = usize::try_from(partition)
+            .ok()
+            .and_then(|i| t.ids.get(i).copied().flatten());
+        let id = match known {
+            Some(id) => id,
+            None => st
+                .part_id(topic, partition)
+                .ok_or(BalanceError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                    count: 0,
+                })?,
+        };
+        let learned = self.learn_leader(st, id, topic, partition);
+        let (fut, wake) = st.append_with(
+            id,
+            &p.record,
+            p.cost,
+            p.alone,
+            &self.config,
+            Instant::now,
+            p.want_future,
+        )?;
+        let add = first_in_transaction(st, id);
+        let wake = wake || learned || add;
+        let leader = st.parts[id].leader;
+        let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed) || add;
+        Ok(Some((fut, wake, leader, needs_id)))
+    }
+
+    /// The record's partition in `topic` (`t`): its own when the topic has it, else the
+    /// balancer's choice.
+    #[inline(always)]
+    fn choose_partition(
+        &self,
+        t: &accumulator::TopicState,
+        topic: &str,
+        p: &Prepared,
+    ) -> Result<i32, ProduceError> {
+        Ok(match p.partition {
             Some(x) if usize::try_from(x).is_ok_and(|i| i < t.partitions.len()) => x,
             Some(x) => {
                 return Err(BalanceError::UnknownPartition {
@@ -719,26 +792,23 @@ impl Inner {
                     None => self.config.balancer.balance(&r, &t.partitions)?,
                 }
             }
-        };
-        // The partition's id from the topic already found (one hash of the name per record);
-        // made on its first record.
-        let known = usize::try_from(partition)
-            .ok()
-            .and_then(|i| t.ids.get(i).copied().flatten());
-        let id = match known {
-            Some(id) => id,
-            None => st
-                .part_id(topic, partition)
-                .ok_or(BalanceError::UnknownPartition {
-                    topic: topic.to_owned(),
-                    partition,
-                    count: 0,
-                })?,
-        };
+        })
+    }
+
+    /// Routes partition `id` (`partition` of `topic`) from the cached metadata when it was
+    /// unrouted and the cache names its leader, starting that broker's sender if needed.
+    /// Returns whether it learned the leader: the partition then joins that broker's
+    /// partitions with whatever it has queued, so that broker's sender must look again even
+    /// when it already runs (it may sleep with no deadline).
+    #[inline(always)]
+    fn learn_leader(
+        self: &Arc<Self>,
+        st: &mut State,
+        id: PartId,
+        topic: &str,
+        partition: i32,
+    ) -> bool {
         let mut spawn = None;
-        // The partition was unrouted and cached metadata now names its leader: it joins
-        // that broker's partitions with whatever it has queued, so that broker's sender
-        // must look again even when it already runs (it may sleep with no deadline).
         let mut learned = false;
         if st.parts[id].leader < 0 {
             let leader = self.transport.cached_metadata().and_then(|md| {
@@ -757,32 +827,7 @@ impl Inner {
         if let Some(l) = spawn {
             self.spawn_sender(st, l);
         }
-        let (fut, wake) = st.append_with(
-            id,
-            &p.record,
-            p.cost,
-            p.alone,
-            &self.config,
-            Instant::now,
-            p.want_future,
-        )?;
-        // The partition's first record in the transaction: the router adds it
-        // (AddPartitionsToTxn) before its batches may go.
-        let mut add = false;
-        if let Some(t) = &mut st.txn {
-            if t.v2 {
-                // KIP-890 part 2: the first Produce adds the partition; the transaction's
-                // end needs EndTxn (Java's `transactionStarted` in `maybeAddPartition`).
-                t.started = true;
-            } else if !t.may_send(id) && !t.pending.contains(&id) {
-                t.pending.push(id);
-                add = true;
-            }
-        }
-        let wake = wake || learned || add;
-        let leader = st.parts[id].leader;
-        let needs_id = matches!(st.producer.status, accumulator::ProducerStatus::Needed) || add;
-        Ok(Some((fut, wake, leader, needs_id)))
+        learned
     }
 
     /// The wake-up of broker `broker`'s sender.
@@ -840,11 +885,44 @@ impl Inner {
             }
             return;
         }
-        let now = Instant::now();
         // Accounting first, so that whoever sees a future resolve also sees the buffer space
         // back and the counters updated. Each batch is ended by its one owner, once.
+        let (records, cost) = self.count_ended(done);
+        let (idle, txn_failed) = {
+            let mut st = self.lock();
+            st.buffered_records = st.buffered_records.saturating_sub(records);
+            st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
+            let txn_failed = fail_transaction(&mut st, done);
+            (st.closing && st.buffered_records == 0, txn_failed)
+        };
+        self.release(cost, records);
+        for (batch, outcome) in done.iter_mut() {
+            let outcome = std::mem::replace(
+                outcome,
+                Outcome::Written {
+                    base_offset: -1,
+                    log_append_time: -1,
+                },
+            );
+            batch.complete(outcome);
+        }
+        self.keep_ended(done, held);
+        if txn_failed {
+            // Unsent batches of the transaction fail now (`State::expire`).
+            self.wake_all();
+        }
+        if idle {
+            self.router.notify_one();
+        }
+    }
+
+    /// The stats of the batches in `done` not ended yet (acked, failed); returns their records
+    /// and buffer cost, to give back.
+    #[inline(always)]
+    fn count_ended(&self, done: &[(Batch, Outcome)]) -> (usize, usize) {
+        let now = Instant::now();
         let (mut records, mut cost) = (0usize, 0usize);
-        for (batch, outcome) in done.iter() {
+        for (batch, outcome) in done {
             if batch.shared.is_done() {
                 continue;
             }
@@ -869,67 +947,26 @@ impl Inner {
                 }
             }
         }
-        let (idle, txn_failed) = {
-            let mut st = self.lock();
-            st.buffered_records = st.buffered_records.saturating_sub(records);
-            st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
-            let mut txn_failed = false;
-            if let Some(t) = &mut st.txn {
-                // A record of the transaction that failed makes it abortable (or fatal):
-                // Java's `TransactionManager.handleFailedBatch`.
-                for (_, outcome) in done.iter() {
-                    if let Outcome::Failed { error, .. } = outcome
-                        && let Some(e) = record_failure(error)
-                    {
-                        if matches!(
-                            error.error_code(),
-                            Some(
-                                ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
-                                    | ErrorCode::UNKNOWN_PRODUCER_ID
-                            )
-                        ) {
-                            t.bump_needed = true;
-                        }
-                        txn_failed |= t.fail(e);
-                    }
-                }
-            }
-            (st.closing && st.buffered_records == 0, txn_failed)
-        };
-        self.release(cost, records);
-        for (batch, outcome) in done.iter_mut() {
-            let outcome = std::mem::replace(
-                outcome,
-                Outcome::Written {
-                    base_offset: -1,
-                    log_append_time: -1,
-                },
-            );
-            batch.complete(outcome);
+        (records, cost)
+    }
+
+    /// After the futures of `done` resolved: the in-flight marks of `held` go (a `flush` from
+    /// now on has nothing to wait for here), and what the ended batches leave is kept for new
+    /// ones (one lock per request, not per batch): in steady state a batch allocates nothing.
+    #[inline(always)]
+    fn keep_ended(&self, done: &mut Vec<(Batch, Outcome)>, held: &[PartId]) {
+        let mut st = self.lock();
+        // The futures have resolved: a `flush` from now on has nothing to wait for here.
+        for &id in held {
+            st.parts[id].in_flight = None;
         }
-        // What the ended batches leave is kept for new ones (one lock per request, not per
-        // batch): in steady state a batch allocates nothing.
-        {
-            let mut st = self.lock();
-            // The futures have resolved: a `flush` from now on has nothing to wait for here.
-            for &id in held {
-                st.parts[id].in_flight = None;
-            }
-            if !st.ending.is_empty() {
-                st.ending.retain(|b| !b.is_done());
-            }
-            for (batch, _) in done.drain(..) {
-                if let Some(spare) = batch.into_spare() {
-                    st.spares.put(spare);
-                }
-            }
+        if !st.ending.is_empty() {
+            st.ending.retain(|b| !b.is_done());
         }
-        if txn_failed {
-            // Unsent batches of the transaction fail now (`State::expire`).
-            self.wake_all();
-        }
-        if idle {
-            self.router.notify_one();
+        for (batch, _) in done.drain(..) {
+            if let Some(spare) = batch.into_spare() {
+                st.spares.put(spare);
+            }
         }
     }
 
@@ -995,6 +1032,49 @@ impl Inner {
         self.shutdown.send_replace(true);
         self.wake_all();
     }
+}
+
+/// The partition's first record in the transaction: the router adds it (AddPartitionsToTxn)
+/// before its batches may go. Returns whether it was queued for that.
+#[inline(always)]
+fn first_in_transaction(st: &mut State, id: PartId) -> bool {
+    let mut add = false;
+    if let Some(t) = &mut st.txn {
+        if t.v2 {
+            // KIP-890 part 2: the first Produce adds the partition; the transaction's
+            // end needs EndTxn (Java's `transactionStarted` in `maybeAddPartition`).
+            t.started = true;
+        } else if !t.may_send(id) && !t.pending.contains(&id) {
+            t.pending.push(id);
+            add = true;
+        }
+    }
+    add
+}
+
+/// A record of the transaction that failed makes it abortable (or fatal): Java's
+/// `TransactionManager.handleFailedBatch`. Returns whether the transaction's state changed.
+#[inline(always)]
+fn fail_transaction(st: &mut State, done: &[(Batch, Outcome)]) -> bool {
+    let mut txn_failed = false;
+    if let Some(t) = &mut st.txn {
+        // A record of the transaction that failed makes it abortable (or fatal):
+        // Java's `TransactionManager.handleFailedBatch`.
+        for (_, outcome) in done {
+            if let Outcome::Failed { error, .. } = outcome
+                && let Some(e) = record_failure(error)
+            {
+                if matches!(
+                    error.error_code(),
+                    Some(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER | ErrorCode::UNKNOWN_PRODUCER_ID)
+                ) {
+                    t.bump_needed = true;
+                }
+                txn_failed |= t.fail(e);
+            }
+        }
+    }
+    txn_failed
 }
 
 impl Drop for Inner {

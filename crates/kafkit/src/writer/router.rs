@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::InitProducerIdRequest;
 
-use super::accumulator::{Plan, ProducerStatus};
-use super::batch::PartId;
+use super::accumulator::{Plan, ProducerStatus, State};
+use super::batch::{Batch, Outcome, PartId};
 use super::inner::Inner;
+use crate::conn::metadata::{Metadata, PartitionMetadata, TopicMetadata};
 use crate::error::Error;
 
 /// The router: leaders for unrouted partitions, the producer id, expiry of batches nobody
@@ -21,30 +22,8 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
     let backoff = Duration::from_millis(inner.config.retry_backoff_ms.max(1));
     let mut last_refresh = Instant::now();
     loop {
-        let (needs_id, topics, shutdown, first_deadline) = {
-            let st = inner.lock();
-            let mut topics: Vec<Arc<str>> = Vec::new();
-            let mut first_deadline: Option<Instant> = None;
-            for &id in &st.unrouted {
-                let t = &st.parts[id].topic;
-                if let Some(f) = st.parts[id].batches.front() {
-                    first_deadline = Some(first_deadline.map_or(f.deadline, |d| d.min(f.deadline)));
-                    if !topics.iter().any(|x| x == t) {
-                        topics.push(t.clone());
-                    }
-                }
-            }
-            // A bump waits until no batch is in flight (as the Java client does); the first id
-            // has nothing in flight to wait for.
-            // A transactional writer gets its id from `init_transactions` (and a new epoch
-            // from its coordinator when a transaction aborts), never here.
-            let needs_id = matches!(st.producer.status, ProducerStatus::Needed)
-                && st.txn.is_none()
-                && st.buffered_records > 0
-                && (st.producer.id < 0 || !st.any_in_flight());
-            (needs_id, topics, st.shutdown, first_deadline)
-        };
-        if shutdown {
+        let work = RouterWork::read(&inner);
+        if work.shutdown {
             return;
         }
         // Batches nobody can send end first, before any round trip below can delay them.
@@ -56,68 +35,9 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
             plan.done
         };
         inner.finish(expired);
-        let mut next_wake: Option<Instant> = None;
-        // Bounded by the first unrouted batch's deadline too, so that batch expires on time.
-        let mut id_bound = Duration::from_millis(inner.config.request_timeout_ms);
-        if let Some(d) = first_deadline {
-            id_bound = id_bound.min(d.saturating_duration_since(Instant::now()));
-        }
-        if needs_id
-            && !tokio::time::timeout(
-                id_bound.max(Duration::from_millis(1)),
-                init_producer_id(&inner),
-            )
-            .await
-            .unwrap_or(false)
-        {
-            next_wake = Some(Instant::now() + backoff);
-        }
-        // A transaction's partitions with their first records: one AddPartitionsToTxn.
-        if inner
-            .add_partitions(Duration::from_millis(inner.config.request_timeout_ms))
-            .await
-        {
-            next_wake = Some(next_wake.map_or(Instant::now() + backoff, |w| {
-                w.min(Instant::now() + backoff)
-            }));
-        }
-        if !topics.is_empty() {
-            // Never past the first unrouted batch's deadline, so it expires on time.
-            let mut bound = Duration::from_millis(inner.config.request_timeout_ms);
-            if let Some(d) = first_deadline {
-                bound = bound.min(d.saturating_duration_since(Instant::now()));
-            }
-            route(&inner, &topics, bound.max(Duration::from_millis(1)), false).await;
-        }
-        // Now and then, whether routed or not: partitions added to the topics, and leaders
-        // that moved without an error telling (the transport refetches after
-        // metadata_max_age_ms).
-        if last_refresh.elapsed() >= METADATA_REFRESH {
-            last_refresh = Instant::now();
-            let known: Vec<Arc<str>> = inner.lock().topics.keys().cloned().collect();
-            if !known.is_empty() {
-                let bound = Duration::from_millis(inner.config.request_timeout_ms);
-                route(&inner, &known, bound, true).await;
-            }
-        }
-        let now = Instant::now();
-        let (done, stop) = {
-            let mut st = inner.lock();
-            let ids = st.unrouted.clone();
-            let mut plan = Plan::default();
-            st.expire(&ids, now, &inner.config, &mut plan);
-            for &id in &st.unrouted {
-                if let Some(f) = st.parts[id].batches.front() {
-                    next_wake = Some(next_wake.map_or(f.deadline, |w| w.min(f.deadline)));
-                    next_wake = Some(next_wake.map_or(now + backoff, |w| w.min(now + backoff)));
-                }
-            }
-            let stop = st.closing && st.buffered_records == 0 && plan.done.is_empty();
-            if stop {
-                st.shutdown = true;
-            }
-            (plan.done, stop)
-        };
+        let mut next_wake = producer_work(&inner, &work, backoff).await;
+        route_work(&inner, &work, &mut last_refresh).await;
+        let (done, stop) = end_round(&inner, backoff, &mut next_wake);
         inner.finish(done);
         if stop {
             inner.stop_tasks();
@@ -130,6 +50,145 @@ pub(crate) async fn router_loop(inner: Arc<Inner>) {
             () = tokio::time::sleep_until(t.into()) => {}
         }
     }
+}
+
+/// What the router has to do this round, read under the writer's lock.
+struct RouterWork {
+    /// A producer id (or a new epoch) to ask for.
+    needs_id: bool,
+    /// The topics of the unrouted partitions with batches.
+    topics: Vec<Arc<str>>,
+    /// The writer has shut down.
+    shutdown: bool,
+    /// The first delivery deadline among the unrouted batches.
+    first_deadline: Option<Instant>,
+}
+
+impl RouterWork {
+    fn read(inner: &Inner) -> RouterWork {
+        let st = inner.lock();
+        let mut topics: Vec<Arc<str>> = Vec::new();
+        let mut first_deadline: Option<Instant> = None;
+        for &id in &st.unrouted {
+            let t = &st.parts[id].topic;
+            if let Some(f) = st.parts[id].batches.front() {
+                first_deadline = Some(first_deadline.map_or(f.deadline, |d| d.min(f.deadline)));
+                if !topics.iter().any(|x| x == t) {
+                    topics.push(t.clone());
+                }
+            }
+        }
+        // A bump waits until no batch is in flight (as the Java client does); the first id
+        // has nothing in flight to wait for.
+        // A transactional writer gets its id from `init_transactions` (and a new epoch
+        // from its coordinator when a transaction aborts), never here.
+        let needs_id = matches!(st.producer.status, ProducerStatus::Needed)
+            && st.txn.is_none()
+            && st.buffered_records > 0
+            && (st.producer.id < 0 || !st.any_in_flight());
+        RouterWork {
+            needs_id,
+            topics,
+            shutdown: st.shutdown,
+            first_deadline,
+        }
+    }
+
+    /// The request timeout, or less: never past the first unrouted batch's deadline, so that
+    /// batch expires on time.
+    fn bound(&self, inner: &Inner) -> Duration {
+        let mut bound = Duration::from_millis(inner.config.request_timeout_ms);
+        if let Some(d) = self.first_deadline {
+            bound = bound.min(d.saturating_duration_since(Instant::now()));
+        }
+        bound
+    }
+}
+
+/// The producer's round: its id when needed ([`init_producer_id`]), and a transaction's
+/// partitions with their first records (one AddPartitionsToTxn). Returns when to try again
+/// after a failure (`backoff` from now).
+async fn producer_work(
+    inner: &Arc<Inner>,
+    work: &RouterWork,
+    backoff: Duration,
+) -> Option<Instant> {
+    let mut next_wake: Option<Instant> = None;
+    // Bounded by the first unrouted batch's deadline too, so that batch expires on time.
+    let id_bound = work.bound(inner);
+    if work.needs_id
+        && !tokio::time::timeout(
+            id_bound.max(Duration::from_millis(1)),
+            init_producer_id(inner),
+        )
+        .await
+        .unwrap_or(false)
+    {
+        next_wake = Some(Instant::now() + backoff);
+    }
+    // A transaction's partitions with their first records: one AddPartitionsToTxn.
+    if inner
+        .add_partitions(Duration::from_millis(inner.config.request_timeout_ms))
+        .await
+    {
+        next_wake = Some(next_wake.map_or(Instant::now() + backoff, |w| {
+            w.min(Instant::now() + backoff)
+        }));
+    }
+    next_wake
+}
+
+/// The routing round: leaders for the unrouted partitions' topics, and now and then
+/// ([`METADATA_REFRESH`], from `last_refresh`) every known topic's.
+async fn route_work(inner: &Arc<Inner>, work: &RouterWork, last_refresh: &mut Instant) {
+    if !work.topics.is_empty() {
+        // Never past the first unrouted batch's deadline, so it expires on time.
+        let bound = work.bound(inner);
+        route(
+            inner,
+            &work.topics,
+            bound.max(Duration::from_millis(1)),
+            false,
+        )
+        .await;
+    }
+    // Now and then, whether routed or not: partitions added to the topics, and leaders
+    // that moved without an error telling (the transport refetches after
+    // metadata_max_age_ms).
+    if last_refresh.elapsed() >= METADATA_REFRESH {
+        *last_refresh = Instant::now();
+        let known: Vec<Arc<str>> = inner.lock().topics.keys().cloned().collect();
+        if !known.is_empty() {
+            let bound = Duration::from_millis(inner.config.request_timeout_ms);
+            route(inner, &known, bound, true).await;
+        }
+    }
+}
+
+/// The round's end, under the lock: the unrouted batches past their deadline (to end), the
+/// next wake-up moved up to the first unrouted deadline or `backoff` from now, and whether a
+/// closing writer with nothing left stops now (then marked shut down).
+fn end_round(
+    inner: &Inner,
+    backoff: Duration,
+    next_wake: &mut Option<Instant>,
+) -> (Vec<(Batch, Outcome)>, bool) {
+    let now = Instant::now();
+    let mut st = inner.lock();
+    let ids = st.unrouted.clone();
+    let mut plan = Plan::default();
+    st.expire(&ids, now, &inner.config, &mut plan);
+    for &id in &st.unrouted {
+        if let Some(f) = st.parts[id].batches.front() {
+            *next_wake = Some(next_wake.map_or(f.deadline, |w| w.min(f.deadline)));
+            *next_wake = Some(next_wake.map_or(now + backoff, |w| w.min(now + backoff)));
+        }
+    }
+    let stop = st.closing && st.buffered_records == 0 && plan.done.is_empty();
+    if stop {
+        st.shutdown = true;
+    }
+    (plan.done, stop)
 }
 
 /// How often the router re-reads the metadata of the writer's topics.
@@ -160,46 +219,11 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_p
                 st.set_topic_metadata(t, &md);
             }
         }
-        let leader_of = |p: &crate::PartitionMetadata| {
-            Some(p.leader_id).filter(|l| *l >= 0 && md.broker(*l).is_some())
-        };
-        // The moves, found in one pass over the answer's partitions (every partition) or over
-        // the unrouted ones, each looked up by index: O(partitions), never partitions x topics.
-        let mut moves: Vec<(PartId, i32)> = Vec::new();
-        if every_partition {
-            for t in &md.topics {
-                let Some(known) = st.topics.get(t.name.as_str()) else {
-                    continue;
-                };
-                for p in &t.partitions {
-                    let id = usize::try_from(p.partition)
-                        .ok()
-                        .and_then(|i| known.ids.get(i).copied().flatten());
-                    if let (Some(id), Some(leader)) = (id, leader_of(p))
-                        && st.parts[id].leader != leader
-                    {
-                        moves.push((id, leader));
-                    }
-                }
-            }
+        let moves = if every_partition {
+            moved_leaders(&st, &md)
         } else {
-            let by_name: HashMap<&str, &crate::TopicMetadata> =
-                md.topics.iter().map(|t| (t.name.as_str(), &**t)).collect();
-            for &id in &st.unrouted {
-                let part = &st.parts[id];
-                let Some(t) = by_name.get(&*part.topic) else {
-                    continue;
-                };
-                let p = usize::try_from(part.partition)
-                    .ok()
-                    .and_then(|i| t.partitions.get(i))
-                    .filter(|p| p.partition == part.partition)
-                    .or_else(|| t.partitions.iter().find(|p| p.partition == part.partition));
-                if let Some(leader) = p.and_then(leader_of) {
-                    moves.push((id, leader));
-                }
-            }
-        }
+            unrouted_leaders(&st, &md)
+        };
         for (id, leader) in moves {
             if st.set_leader(id, leader) {
                 inner.spawn_sender(&mut st, leader);
@@ -222,6 +246,56 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_p
     for b in wake {
         inner.broker_notify(b).notify_one();
     }
+}
+
+/// A partition's leader in `md` when it is one of the listed brokers.
+fn leader_of(md: &Metadata, p: &PartitionMetadata) -> Option<i32> {
+    Some(p.leader_id).filter(|l| *l >= 0 && md.broker(*l).is_some())
+}
+
+/// The moves, found in one pass over the answer's partitions, each looked up by index:
+/// every known partition whose leader in `md` differs from the writer's (O(partitions), never
+/// partitions x topics).
+fn moved_leaders(st: &State, md: &Metadata) -> Vec<(PartId, i32)> {
+    let mut moves: Vec<(PartId, i32)> = Vec::new();
+    for t in &md.topics {
+        let Some(known) = st.topics.get(t.name.as_str()) else {
+            continue;
+        };
+        for p in &t.partitions {
+            let id = usize::try_from(p.partition)
+                .ok()
+                .and_then(|i| known.ids.get(i).copied().flatten());
+            if let (Some(id), Some(leader)) = (id, leader_of(md, p))
+                && st.parts[id].leader != leader
+            {
+                moves.push((id, leader));
+            }
+        }
+    }
+    moves
+}
+
+/// The unrouted partitions' leaders in `md`, each partition looked up by index.
+fn unrouted_leaders(st: &State, md: &Metadata) -> Vec<(PartId, i32)> {
+    let mut moves: Vec<(PartId, i32)> = Vec::new();
+    let by_name: HashMap<&str, &TopicMetadata> =
+        md.topics.iter().map(|t| (t.name.as_str(), &**t)).collect();
+    for &id in &st.unrouted {
+        let part = &st.parts[id];
+        let Some(t) = by_name.get(&*part.topic) else {
+            continue;
+        };
+        let p = usize::try_from(part.partition)
+            .ok()
+            .and_then(|i| t.partitions.get(i))
+            .filter(|p| p.partition == part.partition)
+            .or_else(|| t.partitions.iter().find(|p| p.partition == part.partition));
+        if let Some(leader) = p.and_then(|p| leader_of(md, p)) {
+            moves.push((id, leader));
+        }
+    }
+    moves
 }
 
 /// Gets a producer id, or a new epoch for the current one (KIP-360, InitProducerId v3+ with

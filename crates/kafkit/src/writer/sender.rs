@@ -19,6 +19,7 @@ use super::encode::{build_request, encode_off_runtime, release_request_bytes};
 use super::inner::Inner;
 use super::lists::{RequestLists, SendError};
 use super::settle::{apply, judge, keep_lists};
+use crate::conn::Conn;
 use crate::conn::produce::Acks;
 use crate::error::Error;
 use crate::error::produce::ProduceError;
@@ -395,50 +396,8 @@ async fn send(
     let config = &inner.config;
     let wait = Duration::from_millis(config.request_timeout_ms);
     let started = Instant::now();
-    let conn_deadline = deadline.min(started + wait);
-    let conn = match tokio::time::timeout_at(
-        conn_deadline.into(),
-        inner.transport.conn(broker, ConnKind::Produce),
-    )
-    .await
-    {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            inner.transport.note_failure(broker, &e);
-            return Err(SendError::not_sent(e));
-        }
-        Err(_) => {
-            return Err(SendError::not_sent(Error::Timeout {
-                operation: "connect",
-                timeout: conn_deadline.saturating_duration_since(started),
-            }));
-        }
-    };
-    let version = conn
-        .version_for::<ProduceRequest>(max)
-        .map_err(SendError::not_sent)?;
-    // v3+ carries record batch v2; zstd needs v7+ (KIP-110).
-    let min = if config.compression.compression() == kafkit_compress::Compression::Zstd {
-        7
-    } else {
-        3
-    };
-    if version < min {
-        return Err(SendError {
-            error: Error::UnsupportedVersion {
-                api: ApiKey::Produce,
-                ours: VersionRange {
-                    min,
-                    max: crate::conn::versions::client_max_for::<ProduceRequest>(),
-                },
-                broker: conn.broker_versions().get(ApiKey::Produce),
-            }
-            .into(),
-            maybe_written: false,
-            retriable: false,
-            unroute: false,
-        });
-    }
+    let conn = connect(inner, broker, deadline.min(started + wait), started).await?;
+    let version = produce_version(&conn, max, config.compression.compression())?;
     let io = async {
         if config.acks == Acks::None {
             conn.send_no_answer(req, version, wait)
@@ -475,6 +434,70 @@ async fn send(
             Err(SendError::of_request(timed_out))
         }
     }
+}
+
+/// [`send`]'s connection to `broker` (pooled: a dial, maybe a metadata lookup), by
+/// `conn_deadline`; a failure is reported to the transport.
+#[inline(always)]
+async fn connect(
+    inner: &Inner,
+    broker: i32,
+    conn_deadline: Instant,
+    started: Instant,
+) -> Result<Conn, SendError> {
+    match tokio::time::timeout_at(
+        conn_deadline.into(),
+        inner.transport.conn(broker, ConnKind::Produce),
+    )
+    .await
+    {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => {
+            inner.transport.note_failure(broker, &e);
+            Err(SendError::not_sent(e))
+        }
+        Err(_) => Err(SendError::not_sent(Error::Timeout {
+            operation: "connect",
+            timeout: conn_deadline.saturating_duration_since(started),
+        })),
+    }
+}
+
+/// The Produce version for a request on `conn`: the highest both sides speak up to `max`, and
+/// at least the one the writer's batches need (v3+ carries record batch v2; zstd needs v7+,
+/// KIP-110).
+#[inline(always)]
+fn produce_version(
+    conn: &Conn,
+    max: Option<i16>,
+    compression: kafkit_compress::Compression,
+) -> Result<i16, SendError> {
+    let version = conn
+        .version_for::<ProduceRequest>(max)
+        .map_err(SendError::not_sent)?;
+    // v3+ carries record batch v2; zstd needs v7+ (KIP-110).
+    let min = if compression == kafkit_compress::Compression::Zstd {
+        7
+    } else {
+        3
+    };
+    if version < min {
+        return Err(SendError {
+            error: Error::UnsupportedVersion {
+                api: ApiKey::Produce,
+                ours: VersionRange {
+                    min,
+                    max: crate::conn::versions::client_max_for::<ProduceRequest>(),
+                },
+                broker: conn.broker_versions().get(ApiKey::Produce),
+            }
+            .into(),
+            maybe_written: false,
+            retriable: false,
+            unroute: false,
+        });
+    }
+    Ok(version)
 }
 
 #[cfg(test)]

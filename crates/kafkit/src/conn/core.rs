@@ -866,54 +866,19 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Err(cause) => break cause,
         }
         let prefix = [buf[0], buf[1], buf[2], buf[3]];
-        if std::mem::take(&mut detect_tls_reply) && crate::tls::looks_like_tls_record(prefix) {
-            break CloseCause::TlsRecordReceived;
-        }
-        // An HTTP server or proxy answers "HTTP/1.1 ...": read as a size prefix, that would be
-        // a 1.2 GB frame (0x48545450), reported as a meaningless InvalidFrameSize.
+        let detect_tls = std::mem::take(&mut detect_tls_reply);
         let first_frame = std::mem::take(&mut first);
-        if first_frame && &prefix == b"HTTP" {
-            break CloseCause::HttpReceived;
-        }
-        let size = i32::from_be_bytes(prefix);
-        // Another text protocol's server (an HTML page's "<!DO", "SSH-") answers with
-        // printable bytes, which read as a size prefix are at least 0x20202020 (539 MB).
-        if first_frame
-            && usize::try_from(size).is_ok_and(|s| s > max_response_size)
-            && prefix.iter().all(|b| b.is_ascii_graphic() || *b == b' ')
-        {
-            break CloseCause::TextReceived { prefix };
+        if let Err(cause) = check_first_prefix(prefix, detect_tls, first_frame, max_response_size) {
+            break cause;
         }
         // An unframed SASL token (handshake v0) may be any size from 0; a response frame holds at
         // least its correlation id.
         let raw = shared.lock().raw.take();
-        let min_size = if raw.is_some() { 0 } else { 4 };
-        let Some(size) = usize::try_from(size)
-            .ok()
-            .filter(|s| (min_size..=max_response_size).contains(s))
-        else {
-            break CloseCause::InvalidFrameSize {
-                size,
-                max: max_response_size,
-            };
+        let size = match frame_size(prefix, raw.is_some(), max_response_size) {
+            Ok(size) => size,
+            Err(cause) => break cause,
         };
-        // The size is checked: only now may memory be taken for the frame.
-        let page = pool
-            .as_ref()
-            .filter(|_| size >= POOL_MIN)
-            .and_then(|p| p.buffer_for(size));
-        let read = match page {
-            Some(page) => read_into_page(&mut rd, &mut buf, page, size, &mut shutdown).await,
-            None => fill(&mut rd, &mut buf, 4 + size, &mut shutdown)
-                .await
-                .map(|more| {
-                    more.then(|| {
-                        buf.advance(4);
-                        buf.split_to(size).freeze()
-                    })
-                }),
-        };
-        let frame = match read {
+        let frame = match read_frame(&mut rd, &mut buf, pool.as_ref(), size, &mut shutdown).await {
             Ok(Some(frame)) => frame,
             Ok(None) => return,
             Err(cause) => break cause,
@@ -922,26 +887,108 @@ async fn read_loop<R: AsyncRead + Unpin>(
             let _ = raw.send(Ok(frame));
             continue;
         }
-        let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
-        let pending = shared.lock().pending.remove(&correlation_id);
-        match pending {
-            Some(p) => {
-                tracing::trace!(
-                    addr = %shared.addr,
-                    correlation_id,
-                    size = frame.len(),
-                    "response"
-                );
-                let _ = p.reply.send(Ok(frame));
-            }
-            None => tracing::trace!(
-                addr = %shared.addr,
-                correlation_id,
-                "discarding a response nobody waits for"
-            ),
-        }
+        deliver(&shared, frame);
     };
     shared.fail(cause);
+}
+
+/// Refuses a size prefix that is no Kafka frame: a TLS record (`detect_tls`: the first bytes
+/// of a plaintext connection), or, on the `first_frame`, an HTTP or other text protocol's
+/// answer.
+#[inline(always)]
+fn check_first_prefix(
+    prefix: [u8; 4],
+    detect_tls: bool,
+    first_frame: bool,
+    max_response_size: usize,
+) -> std::result::Result<(), CloseCause> {
+    if detect_tls && crate::tls::looks_like_tls_record(prefix) {
+        return Err(CloseCause::TlsRecordReceived);
+    }
+    // An HTTP server or proxy answers "HTTP/1.1 ...": read as a size prefix, that would be
+    // a 1.2 GB frame (0x48545450), reported as a meaningless InvalidFrameSize.
+    if first_frame && &prefix == b"HTTP" {
+        return Err(CloseCause::HttpReceived);
+    }
+    let size = i32::from_be_bytes(prefix);
+    // Another text protocol's server (an HTML page's "<!DO", "SSH-") answers with
+    // printable bytes, which read as a size prefix are at least 0x20202020 (539 MB).
+    if first_frame
+        && usize::try_from(size).is_ok_and(|s| s > max_response_size)
+        && prefix.iter().all(|b| b.is_ascii_graphic() || *b == b' ')
+    {
+        return Err(CloseCause::TextReceived { prefix });
+    }
+    Ok(())
+}
+
+/// The frame size a size `prefix` announces, checked: at least a correlation id (any size
+/// from 0 for a `raw` SASL token), at most `max_response_size`.
+#[inline(always)]
+fn frame_size(
+    prefix: [u8; 4],
+    raw: bool,
+    max_response_size: usize,
+) -> std::result::Result<usize, CloseCause> {
+    let size = i32::from_be_bytes(prefix);
+    let min_size = if raw { 0 } else { 4 };
+    usize::try_from(size)
+        .ok()
+        .filter(|s| (min_size..=max_response_size).contains(s))
+        .ok_or(CloseCause::InvalidFrameSize {
+            size,
+            max: max_response_size,
+        })
+}
+
+/// Reads the frame of `size` bytes after its prefix (checked: only now may memory be taken
+/// for it): into a page of the response pool when it is large enough and one fits, else into
+/// `buf`. `Ok(None)` means shutdown was requested.
+#[inline(always)]
+async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    pool: Option<&SizeClassPool>,
+    size: usize,
+    shutdown: &mut watch::Receiver<bool>,
+) -> std::result::Result<Option<Bytes>, CloseCause> {
+    // The size is checked: only now may memory be taken for the frame.
+    let page = pool
+        .filter(|_| size >= POOL_MIN)
+        .and_then(|p| p.buffer_for(size));
+    match page {
+        Some(page) => read_into_page(rd, buf, page, size, shutdown).await,
+        None => fill(rd, buf, 4 + size, shutdown).await.map(|more| {
+            more.then(|| {
+                buf.advance(4);
+                buf.split_to(size).freeze()
+            })
+        }),
+    }
+}
+
+/// Hands a response frame to the caller waiting on its correlation id, or discards it when
+/// nobody waits (the caller timed out or was dropped).
+#[inline(always)]
+fn deliver(shared: &Shared, frame: Bytes) {
+    let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+    let pending = shared.lock().pending.remove(&correlation_id);
+    match pending {
+        Some(p) => {
+            tracing::trace!(
+                addr = %shared.addr,
+                correlation_id,
+                size = frame.len(),
+                "response"
+            );
+            let _ = p.reply.send(Ok(frame));
+        }
+        None => tracing::trace!(
+            addr = %shared.addr,
+            correlation_id,
+            "discarding a response nobody waits for"
+        ),
+    }
 }
 
 /// Reads until `buf` holds at least `need` bytes, growing it only as data arrives.

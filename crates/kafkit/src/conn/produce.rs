@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::{Compression, CompressionConfig};
 use kafkit_protocol::ErrorCode;
-use kafkit_protocol::messages::{ProduceRequest, produce_request};
+use kafkit_protocol::messages::{ProduceRequest, ProduceResponse, produce_request};
 use kafkit_protocol::records::Record;
 
 use crate::conn::Conn;
@@ -401,40 +401,8 @@ impl Conn {
         if batches.is_empty() {
             return Ok(Vec::new());
         }
-        // v3+ carries magic v2 batches; below that the wire needs legacy message sets.
-        // The batches name their topics: v12 at most (v13 names topics by id, KIP-516).
-        let version = self.version_for::<ProduceRequest>(Some(
-            crate::transport::split::produce::PRODUCE_BY_NAME_MAX,
-        ))?;
-        if version < 3 {
-            return Err(Error::UnsupportedVersion {
-                api: kafkit_protocol::ApiKey::Produce,
-                ours: kafkit_protocol::VersionRange {
-                    min: 3,
-                    max: super::versions::client_max_for::<ProduceRequest>(),
-                },
-                broker: self.broker_versions().get(kafkit_protocol::ApiKey::Produce),
-            });
-        }
-        let mut topic_data: Vec<produce_request::TopicProduceData> = Vec::new();
-        for e in &batches.entries {
-            let p = produce_request::PartitionProduceData::default()
-                .with_index(e.partition)
-                .with_records(Some(e.batch.clone()));
-            match topic_data.iter_mut().find(|t| t.name == e.topic) {
-                Some(t) => t.partition_data.push(p),
-                None => {
-                    let t = produce_request::TopicProduceData::default()
-                        .with_name(e.topic.clone())
-                        .with_partition_data(vec![p]);
-                    topic_data.push(t);
-                }
-            }
-        }
-        let req = ProduceRequest::default()
-            .with_acks(acks.as_i16())
-            .with_timeout_ms(wire_ms(timeout))
-            .with_topic_data(topic_data);
+        let version = self.write_multi_version()?;
+        let req = produce_request_of(batches, acks, timeout);
         let wait = timeout;
         if acks == Acks::None {
             self.send_no_answer(&req, version, wait).await?;
@@ -447,47 +415,100 @@ impl Conn {
                 .collect());
         }
         let resp = self.request_at(&req, version, wait).await?;
-        let mut answered: Vec<ProducedPartition> = Vec::with_capacity(batches.len());
-        for t in resp.responses {
-            for p in t.partition_responses {
-                answered.push(ProducedPartition {
-                    topic: t.name.clone(),
-                    partition: p.index,
-                    error_code: p.error_code,
-                    error_message: p.error_message,
-                    base_offset: p.base_offset,
-                    log_append_time_ms: p.log_append_time_ms,
-                    log_start_offset: p.log_start_offset,
-                    record_errors: p
-                        .record_errors
-                        .into_iter()
-                        .map(|r| RecordError {
-                            batch_index: r.batch_index,
-                            message: r.batch_index_error_message,
-                        })
-                        .collect(),
-                });
+        Ok(produced(batches, resp))
+    }
+
+    /// [`Conn::write_multi`]'s Produce version: v3+ carries magic v2 batches (below that the
+    /// wire needs legacy message sets); the batches name their topics, so v12 at most (v13
+    /// names topics by id, KIP-516).
+    fn write_multi_version(&self) -> Result<i16> {
+        // v3+ carries magic v2 batches; below that the wire needs legacy message sets.
+        // The batches name their topics: v12 at most (v13 names topics by id, KIP-516).
+        let version = self.version_for::<ProduceRequest>(Some(PRODUCE_BY_NAME_MAX))?;
+        if version < 3 {
+            return Err(Error::UnsupportedVersion {
+                api: kafkit_protocol::ApiKey::Produce,
+                ours: kafkit_protocol::VersionRange {
+                    min: 3,
+                    max: super::versions::client_max_for::<ProduceRequest>(),
+                },
+                broker: self.broker_versions().get(kafkit_protocol::ApiKey::Produce),
+            });
+        }
+        Ok(version)
+    }
+}
+
+/// The highest Produce version that names topics (v13 names them by topic id, KIP-516): what
+/// the split route and [`Conn::write_multi`], which know topics by name, send at most.
+pub(crate) const PRODUCE_BY_NAME_MAX: i16 = 12;
+
+/// The Produce request carrying every batch of `batches` (grouped by topic, in order).
+fn produce_request_of(batches: &ProduceBatches, acks: Acks, timeout: Duration) -> ProduceRequest {
+    let mut topic_data: Vec<produce_request::TopicProduceData> = Vec::new();
+    for e in &batches.entries {
+        let p = produce_request::PartitionProduceData::default()
+            .with_index(e.partition)
+            .with_records(Some(e.batch.clone()));
+        match topic_data.iter_mut().find(|t| t.name == e.topic) {
+            Some(t) => t.partition_data.push(p),
+            None => {
+                let t = produce_request::TopicProduceData::default()
+                    .with_name(e.topic.clone())
+                    .with_partition_data(vec![p]);
+                topic_data.push(t);
             }
         }
-        Ok(batches
-            .entries
-            .iter()
-            .map(|e| {
-                answered
-                    .iter()
-                    .position(|a| a.partition == e.partition && a.topic == e.topic)
-                    .map(|i| answered.swap_remove(i))
-                    .unwrap_or_else(|| {
-                        ProducedPartition::unanswered(
-                            &e.topic,
-                            e.partition,
-                            ErrorCode::UNKNOWN_SERVER_ERROR,
-                            Some("the broker did not answer for this partition".into()),
-                        )
-                    })
-            })
-            .collect())
     }
+    ProduceRequest::default()
+        .with_acks(acks.as_i16())
+        .with_timeout_ms(wire_ms(timeout))
+        .with_topic_data(topic_data)
+}
+
+/// One [`ProducedPartition`] per entry of `batches`, in their order, from the answer `resp`;
+/// a partition the broker left out fails with `UNKNOWN_SERVER_ERROR`.
+fn produced(batches: &ProduceBatches, resp: ProduceResponse) -> Vec<ProducedPartition> {
+    let mut answered: Vec<ProducedPartition> = Vec::with_capacity(batches.len());
+    for t in resp.responses {
+        for p in t.partition_responses {
+            answered.push(ProducedPartition {
+                topic: t.name.clone(),
+                partition: p.index,
+                error_code: p.error_code,
+                error_message: p.error_message,
+                base_offset: p.base_offset,
+                log_append_time_ms: p.log_append_time_ms,
+                log_start_offset: p.log_start_offset,
+                record_errors: p
+                    .record_errors
+                    .into_iter()
+                    .map(|r| RecordError {
+                        batch_index: r.batch_index,
+                        message: r.batch_index_error_message,
+                    })
+                    .collect(),
+            });
+        }
+    }
+    batches
+        .entries
+        .iter()
+        .map(|e| {
+            answered
+                .iter()
+                .position(|a| a.partition == e.partition && a.topic == e.topic)
+                .map(|i| answered.swap_remove(i))
+                .unwrap_or_else(|| {
+                    ProducedPartition::unanswered(
+                        &e.topic,
+                        e.partition,
+                        ErrorCode::UNKNOWN_SERVER_ERROR,
+                        Some("the broker did not answer for this partition".into()),
+                    )
+                })
+        })
+        .collect()
 }
 
 #[cfg(test)]

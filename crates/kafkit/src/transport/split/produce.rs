@@ -37,6 +37,7 @@ use super::{
     Failure, PartItem, Retry, SplitApi, Target, build_topics, default_retry, match_partitions,
     merge_topics, split_topics,
 };
+use crate::conn::produce::PRODUCE_BY_NAME_MAX;
 use crate::transport::{ConnKind, Transport};
 
 /// Byte offsets in a v2 record batch header (Kafka protocol guide, "Record Batch").
@@ -80,10 +81,6 @@ pub(crate) fn is_idempotent(records: Option<&Bytes>) -> bool {
     }
     batches > 0
 }
-
-/// The highest Produce version that names topics (v13 names them by topic id, KIP-516): what
-/// the split route and [`crate::Conn::write_multi`], which know topics by name, send at most.
-pub(crate) const PRODUCE_BY_NAME_MAX: i16 = 12;
 
 /// Codes after which a non-idempotent batch is known not to be in the log.
 fn not_written(code: ErrorCode) -> bool {

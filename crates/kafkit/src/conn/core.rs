@@ -384,8 +384,12 @@ impl Core {
     where
         F: FnOnce(i32, &mut BytesMut) -> Result<()>,
     {
+        if self.is_closed() {
+            return Err(self.shared.current_close_error());
+        }
         let fut = self.call_inner(api_key, size_hint, encode);
-        self.within(api_key, operation, timeout, fut).await
+        let r = tokio::time::timeout(timeout, fut).await;
+        self.in_time(r, api_key, operation, timeout)
     }
 
     /// Sends one request that gets no response (a Produce with acks=0): returns once its frame
@@ -401,24 +405,25 @@ impl Core {
     where
         F: FnOnce(i32, &mut BytesMut) -> Result<()>,
     {
-        let fut = self.send_inner(api_key, size_hint, encode);
-        self.within(api_key, operation, timeout, fut).await
-    }
-
-    /// Runs `fut` (a request of `api_key`) unless the connection is closed, for at most
-    /// `timeout`; past it the connection is taken for half-open and closed, unless the request
-    /// is a long poll.
-    async fn within<T>(
-        &self,
-        api_key: i16,
-        operation: &'static str,
-        timeout: Duration,
-        fut: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
         if self.is_closed() {
             return Err(self.shared.current_close_error());
         }
-        match tokio::time::timeout(timeout, fut).await {
+        let fut = self.send_inner(api_key, size_hint, encode);
+        let r = tokio::time::timeout(timeout, fut).await;
+        self.in_time(r, api_key, operation, timeout)
+    }
+
+    /// The result of a request of `api_key` bounded by `timeout`: past it the connection is
+    /// taken for half-open and closed, unless the request is a long poll. (Not an async
+    /// wrapper: every request's future stays as shallow as it was.)
+    fn in_time<T>(
+        &self,
+        r: std::result::Result<Result<T>, tokio::time::error::Elapsed>,
+        api_key: i16,
+        operation: &'static str,
+        timeout: Duration,
+    ) -> Result<T> {
+        match r {
             Ok(r) => r,
             Err(_) => {
                 if !is_long_poll(api_key) {
@@ -440,35 +445,84 @@ impl Core {
         Arc::clone(&self.shared.sasl_gate).write_owned().await
     }
 
-    /// [`Core::call`]'s request: an in-flight permit, the frame, then the response.
+    /// [`Core::call`]'s request: an in-flight permit, the frame ([`Core::frame`]), registered
+    /// as pending (the permit held by the entry), queued, then the response frame.
     async fn call_inner<F>(&self, api_key: i16, size_hint: usize, encode: F) -> Result<Bytes>
     where
         F: FnOnce(i32, &mut BytesMut) -> Result<()>,
     {
-        let permit = self.in_flight_permit().await?;
-        let (correlation_id, frame, splices) = self.frame(api_key, size_hint, encode)?;
-        self.await_response(api_key, permit, correlation_id, frame, splices)
+        let shared = &*self.shared;
+        let permit = Arc::clone(&shared.in_flight)
+            .acquire_owned()
             .await
+            .map_err(|_| shared.current_close_error())?;
+        let (correlation_id, frame, splices) = self.frame(api_key, size_hint, encode)?;
+        let (reply, response) = oneshot::channel();
+        {
+            let mut state = shared.lock();
+            if let Some(cause) = &state.closed {
+                return Err(shared.closed_error(cause.clone()));
+            }
+            state.pending.insert(
+                correlation_id,
+                Pending {
+                    reply,
+                    _permit: permit,
+                },
+            );
+        }
+        let _guard = PendingGuard {
+            shared,
+            correlation_id,
+        };
+        {
+            // A re-authentication in progress holds the gate: wait until it is over (its own
+            // SASL requests pass).
+            let _pass = match is_sasl(api_key) {
+                true => None,
+                false => Some(shared.sasl_gate.read().await),
+            };
+            self.enqueue(Outgoing {
+                frame,
+                splices,
+                written: None,
+            })
+            .await?;
+            self.count(api_key);
+        }
+        match response.await {
+            Ok(r) => r,
+            Err(_) => Err(shared.current_close_error()),
+        }
     }
 
-    /// [`Core::call_no_answer`]'s request: an in-flight permit, the frame, then its write.
+    /// [`Core::call_no_answer`]'s request: an in-flight permit, the frame ([`Core::frame`]),
+    /// queued with its permit (released once written), then its write.
     async fn send_inner<F>(&self, api_key: i16, size_hint: usize, encode: F) -> Result<()>
     where
         F: FnOnce(i32, &mut BytesMut) -> Result<()>,
     {
-        let permit = self.in_flight_permit().await?;
-        let (_, frame, splices) = self.frame(api_key, size_hint, encode)?;
-        self.await_written(api_key, permit, frame, splices).await
-    }
-
-    /// One of the connection's in-flight permits, waited for.
-    #[inline(always)]
-    async fn in_flight_permit(&self) -> Result<OwnedSemaphorePermit> {
         let shared = &*self.shared;
-        Arc::clone(&shared.in_flight)
+        let permit = Arc::clone(&shared.in_flight)
             .acquire_owned()
             .await
-            .map_err(|_| shared.current_close_error())
+            .map_err(|_| shared.current_close_error())?;
+        let (_, frame, splices) = self.frame(api_key, size_hint, encode)?;
+        let (reply, written) = oneshot::channel();
+        {
+            let _pass = shared.sasl_gate.read().await;
+            self.enqueue(Outgoing {
+                frame,
+                splices,
+                written: Some((reply, permit)),
+            })
+            .await?;
+            self.count(api_key);
+        }
+        match written.await {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => Err(shared.current_close_error()),
+        }
     }
 
     /// The request's frame: a new correlation id, and `encode`'s header and fields behind the
@@ -518,85 +572,6 @@ impl Core {
             "request"
         );
         Ok((correlation_id, frame, splices))
-    }
-
-    /// Queues a frame that gets no response and waits until it is written; its permit goes
-    /// with it and is released then.
-    #[inline(always)]
-    async fn await_written(
-        &self,
-        api_key: i16,
-        permit: OwnedSemaphorePermit,
-        frame: Bytes,
-        splices: Vec<Splice>,
-    ) -> Result<()> {
-        let shared = &*self.shared;
-        let (reply, written) = oneshot::channel();
-        {
-            let _pass = shared.sasl_gate.read().await;
-            self.enqueue(Outgoing {
-                frame,
-                splices,
-                written: Some((reply, permit)),
-            })
-            .await?;
-            self.count(api_key);
-        }
-        match written.await {
-            Ok(r) => r.map(|_| ()),
-            Err(_) => Err(shared.current_close_error()),
-        }
-    }
-
-    /// Registers the request as pending (its permit held by the entry), queues its frame and
-    /// waits for the response frame.
-    #[inline(always)]
-    async fn await_response(
-        &self,
-        api_key: i16,
-        permit: OwnedSemaphorePermit,
-        correlation_id: i32,
-        frame: Bytes,
-        splices: Vec<Splice>,
-    ) -> Result<Bytes> {
-        let shared = &*self.shared;
-        let (reply, response) = oneshot::channel();
-        {
-            let mut state = shared.lock();
-            if let Some(cause) = &state.closed {
-                return Err(shared.closed_error(cause.clone()));
-            }
-            state.pending.insert(
-                correlation_id,
-                Pending {
-                    reply,
-                    _permit: permit,
-                },
-            );
-        }
-        let _guard = PendingGuard {
-            shared,
-            correlation_id,
-        };
-        {
-            // A re-authentication in progress holds the gate: wait until it is over (its own
-            // SASL requests pass).
-            let _pass = match is_sasl(api_key) {
-                true => None,
-                false => Some(shared.sasl_gate.read().await),
-            };
-            self.enqueue(Outgoing {
-                frame,
-                splices,
-                written: None,
-            })
-            .await?;
-            self.count(api_key);
-        }
-        match response.await {
-            Ok(r) => r,
-            Err(_) => Err(shared.current_close_error()),
-        }
     }
 
     /// Sends `payload` as one size-prefixed frame without a request header and returns the next

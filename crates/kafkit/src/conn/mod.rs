@@ -277,9 +277,8 @@ impl Conn {
         version: i16,
         extra_wait: Duration,
     ) -> Result<R::Response> {
-        let mut frame = self.request_frame(req, version, extra_wait).await?;
-        let resp = R::Response::decode(&mut frame, version)?;
-        Ok(resp)
+        let mut frame = self.call(req, version, extra_wait)?.await?;
+        decode_response::<R>(&mut frame, version)
     }
 
     /// As [`Conn::request_at`], but the response's body is handed back undecoded (its header
@@ -291,7 +290,7 @@ impl Conn {
         version: i16,
         extra_wait: Duration,
     ) -> Result<Bytes> {
-        let mut frame = self.send(req, version, extra_wait).await?;
+        let mut frame = self.call(req, version, extra_wait)?.await?;
         skip_response_header::<R>(&mut frame, version)?;
         Ok(frame)
     }
@@ -304,16 +303,28 @@ impl Conn {
         version: i16,
         extra_wait: Duration,
     ) -> Result<Bytes> {
+        self.call(req, version, extra_wait)?.await
+    }
+
+    /// The core's call for `req` at `version`, not started: a plain function, so that a
+    /// request's future is no deeper than the core's own (each caller awaits it directly).
+    #[inline(always)]
+    fn call<'a, R: Request>(
+        &'a self,
+        req: &'a R,
+        version: i16,
+        extra_wait: Duration,
+    ) -> Result<impl std::future::Future<Output = Result<Bytes>> + 'a> {
         let (size_hint, timeout) = self.call_sizes(req, version, extra_wait)?;
-        self.core
-            .call(
-                R::API_KEY as i16,
-                R::API_KEY.name(),
-                timeout,
-                size_hint,
-                |correlation_id, buf: &mut BytesMut| self.encode(req, version, correlation_id, buf),
-            )
-            .await
+        Ok(self.core.call(
+            R::API_KEY as i16,
+            R::API_KEY.name(),
+            timeout,
+            size_hint,
+            move |correlation_id, buf: &mut BytesMut| {
+                self.encode(req, version, correlation_id, buf)
+            },
+        ))
     }
 
     /// Encodes and sends one request that gets no response (a Produce with acks=0); returns

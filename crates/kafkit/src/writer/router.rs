@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafkit_protocol::ErrorCode;
-use kafkit_protocol::messages::InitProducerIdRequest;
+use kafkit_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
 
 use super::accumulator::{Plan, ProducerStatus, State};
 use super::batch::{Batch, Outcome, PartId};
@@ -449,36 +449,41 @@ pub(super) async fn ask_producer_id(
     bound: impl Fn() -> Duration,
     new_id_after: impl FnOnce(&ProducerIdError) -> bool,
 ) -> Result<(i64, i16), ProducerIdError> {
-    let result = init_producer_id_once(inner, txn_id, current, bound()).await;
+    // The transport's calls are awaited here, not in a helper: a caller's future (a
+    // transaction's end) stays as shallow as before.
+    let req = producer_id_request(inner, txn_id, current);
+    let result = producer_id_answer(inner.transport.round_trip_within(req, bound()).await);
     match result {
         Err(e) if current.0 >= 0 && new_id_after(&e) => {
-            init_producer_id_once(inner, txn_id, (-1, -1), bound()).await
+            let req = producer_id_request(inner, txn_id, (-1, -1));
+            producer_id_answer(inner.transport.round_trip_within(req, bound()).await)
         }
         other => other,
     }
 }
 
-/// One InitProducerId request for [`ask_producer_id`], bounded by `within`.
-async fn init_producer_id_once(
+/// [`ask_producer_id`]'s request for `(id, epoch)`.
+fn producer_id_request(
     inner: &Inner,
     txn_id: Option<&str>,
     (id, epoch): (i64, i16),
-    within: Duration,
-) -> Result<(i64, i16), ProducerIdError> {
+) -> InitProducerIdRequest {
     let transaction_timeout_ms = match txn_id {
         Some(_) => i32::try_from(inner.config.transaction_timeout_ms).unwrap_or(i32::MAX),
         None => i32::MAX,
     };
-    let req = InitProducerIdRequest::default()
+    InitProducerIdRequest::default()
         .with_transactional_id(txn_id.map(str::to_owned))
         .with_transaction_timeout_ms(transaction_timeout_ms)
         .with_producer_id(id)
-        .with_producer_epoch(epoch);
-    let resp = inner
-        .transport
-        .round_trip_within(req, within)
-        .await
-        .map_err(ProducerIdError::Request)?;
+        .with_producer_epoch(epoch)
+}
+
+/// The producer id and epoch of an InitProducerId answer, or why there is none.
+fn producer_id_answer(
+    result: Result<InitProducerIdResponse, Error>,
+) -> Result<(i64, i16), ProducerIdError> {
+    let resp = result.map_err(ProducerIdError::Request)?;
     if !resp.error_code.is_ok() {
         return Err(ProducerIdError::Refused(resp.error_code));
     }

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
-    TxnOffsetCommitRequest, add_partitions_to_txn_request, txn_offset_commit_request,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse, add_partitions_to_txn_request,
+    txn_offset_commit_request,
 };
 
 use super::Writer;
@@ -306,37 +307,29 @@ impl Writer {
         let mut topics = offsets_request(offsets, group)?;
         let _op = inner.txn_op_lock(timeout, OP).await?;
         let mut v2 = false;
-        let (pid, epoch) = inner.with_txn_producer(|t| match t.state {
-            TransactionPhase::InTransaction => {
-                v2 = t.v2;
-                Ok(())
-            }
-            TransactionPhase::AbortableError | TransactionPhase::FatalError => {
-                Err(t.error.clone().unwrap_or(TransactionError::InvalidState {
-                    operation: OP,
-                    state: t.state,
-                }))
-            }
-            state => Err(TransactionError::InvalidState {
-                operation: OP,
-                state,
-            }),
+        let (pid, epoch) = inner.with_txn_producer(|t| {
+            v2 = t.offsets_allowed(OP)?;
+            Ok(())
         })?;
         let fail = |e: TransactionError| {
             inner.txn_error(e.clone());
             e
         };
-        offsets_into_transaction(
-            inner,
-            &txn_id,
-            (pid, epoch),
-            &group.group_id,
-            v2,
-            timeout,
-            started,
-        )
-        .await
-        .map_err(fail)?;
+        if v2 {
+            // KIP-890 part 2: TxnOffsetCommit v5+ adds the group's offsets partition to the
+            // transaction itself (Java skips AddOffsetsToTxn too); the transaction's end needs
+            // EndTxn whatever this request's fate, since it may have reached the coordinator.
+            inner.with_txn(|t| {
+                t.started = true;
+                Ok(())
+            })?;
+        } else {
+            // The coordinator adds the group's offsets partition to the transaction.
+            let (producer, group) = ((pid, epoch), &group.group_id);
+            add_offsets_to_txn(inner, &txn_id, producer, group, OP, timeout, started)
+                .await
+                .map_err(fail)?;
+        }
         let max = if v2 {
             // v6 names topics by id (KIP-1319): only when the writer's metadata has every
             // topic's id (as Java's `forTopicIdsOrNames`), else names at v5.
@@ -353,9 +346,21 @@ impl Writer {
             .with_member_id(group.member_id.clone())
             .with_group_instance_id(group.group_instance_id.clone())
             .with_topics(topics);
-        txn_offset_commit(inner, &commit, max, timeout, started)
+        let left = timeout.saturating_sub(started.elapsed());
+        let resp = inner
+            .transport
+            .txn_offset_commit_capped(&commit, max, left)
             .await
-            .map_err(fail)
+            .map_err(|e| fail(client_error(OP, timeout, e, true)))?;
+        match refused_offsets(&resp) {
+            Some(code) => {
+                if code == ErrorCode::UNKNOWN_TOPIC_ID {
+                    refresh_topic_ids(inner, &commit, timeout, started).await;
+                }
+                Err(fail(code_error("TxnOffsetCommit", code, true)))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Commits the open transaction (Java `commitTransaction`): sends every buffered record
@@ -442,14 +447,42 @@ impl Writer {
             )
             .await?;
         }
-        let next_v2 =
-            end_and_next_flow(inner, &txn_id, &end, committed, op, timeout, started).await?;
+        // The next transaction's flow, from the coordinator's finalized transaction.version
+        // now (Java re-reads it as each transaction ends, after building its EndTxn), asked
+        // alongside EndTxn so the end waits no longer: this one ends at the version it began
+        // with. Unknown (no answer in time): unchanged.
+        let left = timeout.saturating_sub(started.elapsed());
+        let ask = async {
+            tokio::time::timeout(left, transaction_v2(inner, &txn_id))
+                .await
+                .ok()
+                .flatten()
+        };
+        let next_v2 = if end.needs_end {
+            let ended = end_txn(
+                inner, &txn_id, end.pid, end.epoch, committed, op, timeout, started,
+            );
+            let (ended, next) = tokio::join!(ended, ask);
+            ended?;
+            inner.with_txn(Txn::ended)?;
+            next
+        } else {
+            ask.await
+        }
+        .unwrap_or(end.v2);
         // Upgrading to KIP-890 part 2 bumps the epoch first (Java's
         // `clientSideEpochBumpRequired`): the classic transaction's epoch is fenced, so no
         // partition of it counts as added to the first implicit one.
         let upgrade = next_v2 && !end.v2;
         if end.bump || upgrade {
-            bump_through_coordinator(inner, &txn_id, next_v2, op, timeout, started).await?;
+            // KIP-360: a new epoch for the same id through the transaction coordinator, so
+            // sequences restart at 0 and nothing of the aborted transaction can be mistaken
+            // for the next one's.
+            let (pid, epoch) = inner.producer();
+            let (id, epoch) = init_producer_id(inner, &txn_id, pid, epoch, op, timeout, started)
+                .await
+                .inspect_err(|e| inner.txn_error(e.clone()))?;
+            bumped(inner, id, epoch, next_v2);
         }
         if next_v2 != end.v2 {
             tracing::info!(
@@ -458,15 +491,7 @@ impl Writer {
                 "writer: transaction.version changed; the next transaction follows it"
             );
         }
-        inner.with_txn(|t| {
-            t.clear();
-            if !committed || upgrade {
-                t.bump_needed = false;
-            }
-            t.v2 = next_v2;
-            t.state = TransactionPhase::Ready;
-            Ok(())
-        })
+        inner.with_txn(|t| t.end_done(committed, upgrade, next_v2))
     }
 
     /// [`Writer::end_transaction`]'s first phase: the state moved to `CommittingTransaction` or
@@ -551,67 +576,9 @@ impl EndPoint {
     }
 }
 
-/// EndTxn when the coordinator knows of the transaction (`end`), asked alongside the next
-/// transaction's flow; returns whether that flow is KIP-890 part 2's.
-#[allow(clippy::too_many_arguments)]
-async fn end_and_next_flow(
-    inner: &Inner,
-    txn_id: &str,
-    end: &EndPoint,
-    committed: bool,
-    op: &'static str,
-    timeout: Duration,
-    started: Instant,
-) -> Result<bool, TransactionError> {
-    // The next transaction's flow, from the coordinator's finalized transaction.version
-    // now (Java re-reads it as each transaction ends, after building its EndTxn), asked
-    // alongside EndTxn so the end waits no longer: this one ends at the version it began
-    // with. Unknown (no answer in time): unchanged.
-    let left = timeout.saturating_sub(started.elapsed());
-    let ask = async {
-        tokio::time::timeout(left, transaction_v2(inner, txn_id))
-            .await
-            .ok()
-            .flatten()
-    };
-    let next = if end.needs_end {
-        let (pid, epoch) = (end.pid, end.epoch);
-        let ended = end_txn(inner, txn_id, pid, epoch, committed, op, timeout, started);
-        let (ended, next) = tokio::join!(ended, ask);
-        ended?;
-        // Done: a call resumed after the bump below failed or timed out runs only the
-        // bump, as Java does. EndTxn sent again with the old epoch after a bump the
-        // coordinator carried out (its answer lost) would be fenced.
-        inner.with_txn(|t| {
-            t.started = false;
-            t.offsets_unanswered = None;
-            Ok(())
-        })?;
-        next
-    } else {
-        ask.await
-    };
-    Ok(next.unwrap_or(end.v2))
-}
-
-/// KIP-360: a new epoch for the same id through the transaction coordinator, so sequences
-/// restart at 0 and nothing of the aborted transaction can be mistaken for the next one's
-/// (`next_v2`: the next transaction's flow, for the log).
-async fn bump_through_coordinator(
-    inner: &Inner,
-    txn_id: &str,
-    next_v2: bool,
-    op: &'static str,
-    timeout: Duration,
-    started: Instant,
-) -> Result<(), TransactionError> {
-    let (pid, epoch) = {
-        let st = inner.lock();
-        (st.producer.id, st.producer.epoch)
-    };
-    let (id, epoch) = init_producer_id(inner, txn_id, pid, epoch, op, timeout, started)
-        .await
-        .inspect_err(|e| inner.txn_error(e.clone()))?;
+/// The producer's new epoch (`id`, `epoch`) after a KIP-360 bump through the transaction
+/// coordinator (`next_v2`: the next transaction's flow, for the log).
+fn bumped(inner: &Inner, id: i64, epoch: i16, next_v2: bool) {
     inner.lock().new_producer(id, epoch);
     tracing::info!(
         producer_id = id,
@@ -619,74 +586,33 @@ async fn bump_through_coordinator(
         kip_890 = next_v2,
         "writer: epoch bumped through the transaction coordinator (KIP-360)"
     );
-    Ok(())
 }
 
-/// The group's offsets partition into the transaction of `txn_id` (`producer`: its id and
-/// epoch): on KIP-890 part 2's flow (`v2`) TxnOffsetCommit adds it itself, else
-/// AddOffsetsToTxn, bounded by `timeout` from `started`.
-async fn offsets_into_transaction(
-    inner: &Inner,
-    txn_id: &str,
-    producer: (i64, i16),
-    group: &str,
-    v2: bool,
-    timeout: Duration,
-    started: Instant,
-) -> Result<(), TransactionError> {
-    const OP: &str = "send_offsets_to_transaction";
-    if v2 {
-        // KIP-890 part 2: TxnOffsetCommit v5+ adds the group's offsets partition to the
-        // transaction itself (Java skips AddOffsetsToTxn too); the transaction's end needs
-        // EndTxn whatever this request's fate, since it may have reached the coordinator.
-        inner.with_txn(|t| {
-            t.started = true;
-            Ok(())
-        })
-    } else {
-        // The coordinator adds the group's offsets partition to the transaction.
-        add_offsets_to_txn(inner, txn_id, producer, group, OP, timeout, started).await
-    }
-}
-
-/// TxnOffsetCommit of `commit` to the group's coordinator (at `max` or below), bounded by
-/// `timeout` from `started`; a partition's refusal is the call's error.
-async fn txn_offset_commit(
-    inner: &Inner,
-    commit: &TxnOffsetCommitRequest,
-    max: Option<i16>,
-    timeout: Duration,
-    started: Instant,
-) -> Result<(), TransactionError> {
-    const OP: &str = "send_offsets_to_transaction";
-    let left = timeout.saturating_sub(started.elapsed());
-    let resp = inner
-        .transport
-        .txn_offset_commit_capped(commit, max, left)
-        .await
-        .map_err(|e| client_error(OP, timeout, e, true))?;
-    let refused = resp
-        .topics
+/// The first partition's refusal in a TxnOffsetCommit answer. Retriable codes on some
+/// partitions only (the transport resends only when every partition has one): a leader moved;
+/// the transaction cannot be trusted to hold them, as Java's TxnOffsetCommit handler it is
+/// abortable once the call ends.
+fn refused_offsets(resp: &TxnOffsetCommitResponse) -> Option<ErrorCode> {
+    resp.topics
         .iter()
         .flat_map(|t| t.partitions.iter())
         .map(|p| p.error_code)
-        .find(|c| !c.is_ok());
-    if let Some(code) = refused {
-        // Retriable codes on some partitions only (the transport resends only when every
-        // partition has one): a leader moved; the transaction cannot be trusted to hold
-        // them, as Java's TxnOffsetCommit handler it is abortable once the call ends.
-        if code == ErrorCode::UNKNOWN_TOPIC_ID {
-            // v6 named a topic by an id that is gone (deleted, or created again under its
-            // name): the metadata is refreshed now, so the next transaction names the
-            // current id.
-            let names: Vec<&str> = commit.topics.iter().map(|t| t.name.as_str()).collect();
-            inner.transport.invalidate_topics(names.iter().copied());
-            let left = timeout.saturating_sub(started.elapsed());
-            let _ = tokio::time::timeout(left, inner.transport.metadata_for(&names)).await;
-        }
-        return Err(code_error("TxnOffsetCommit", code, true));
-    }
-    Ok(())
+        .find(|c| !c.is_ok())
+}
+
+/// v6 named a topic of `commit` by an id that is gone (deleted, or created again under its
+/// name): the metadata is refreshed now (by `timeout` from `started`), so the next transaction
+/// names the current id.
+async fn refresh_topic_ids(
+    inner: &Inner,
+    commit: &TxnOffsetCommitRequest,
+    timeout: Duration,
+    started: Instant,
+) {
+    let names: Vec<&str> = commit.topics.iter().map(|t| t.name.as_str()).collect();
+    inner.transport.invalidate_topics(names.iter().copied());
+    let left = timeout.saturating_sub(started.elapsed());
+    let _ = tokio::time::timeout(left, inner.transport.metadata_for(&names)).await;
 }
 
 /// The TxnOffsetCommit topics for `offsets`, checked (nothing sent when refused).
@@ -972,6 +898,12 @@ async fn transaction_v2(inner: &Inner, txn_id: &str) -> Option<bool> {
 }
 
 impl Inner {
+    /// The producer id and epoch now.
+    fn producer(&self) -> (i64, i16) {
+        let st = self.lock();
+        (st.producer.id, st.producer.epoch)
+    }
+
     /// Runs `f` on the transaction state (a transactional writer only).
     fn with_txn<T>(
         &self,

@@ -102,6 +102,52 @@ impl Txn {
         }
     }
 
+    /// EndTxn went through. A call resumed after the KIP-360 bump that follows failed or
+    /// timed out runs only the bump, as Java does: EndTxn sent again with the old epoch after
+    /// a bump the coordinator carried out (its answer lost) would be fenced.
+    pub(super) fn ended(&mut self) -> Result<(), TransactionError> {
+        self.started = false;
+        self.offsets_unanswered = None;
+        Ok(())
+    }
+
+    /// The transaction's end is over (`committed` or aborted; `upgrade`: it moved to KIP-890
+    /// part 2's flow, `next_v2` the next one's): nothing added, no bump left to do after an
+    /// abort or an upgrade, and `Ready`.
+    pub(super) fn end_done(
+        &mut self,
+        committed: bool,
+        upgrade: bool,
+        next_v2: bool,
+    ) -> Result<(), TransactionError> {
+        self.clear();
+        if !committed || upgrade {
+            self.bump_needed = false;
+        }
+        self.v2 = next_v2;
+        self.state = TransactionPhase::Ready;
+        Ok(())
+    }
+
+    /// Whether `operation` (`send_offsets_to_transaction`) may add offsets now (an open
+    /// transaction), and if so whether on KIP-890 part 2's flow.
+    pub(super) fn offsets_allowed(
+        &self,
+        operation: &'static str,
+    ) -> Result<bool, TransactionError> {
+        match self.state {
+            TransactionPhase::InTransaction => Ok(self.v2),
+            TransactionPhase::AbortableError | TransactionPhase::FatalError => Err(self
+                .error
+                .clone()
+                .unwrap_or(TransactionError::InvalidState {
+                    operation,
+                    state: self.state,
+                })),
+            state => Err(TransactionError::InvalidState { operation, state }),
+        }
+    }
+
     /// `commit_transaction` begins (or resumes): `CommittingTransaction`, unless the state
     /// refuses it.
     pub(super) fn enter_commit(&mut self) -> Result<(), TransactionError> {

@@ -60,7 +60,7 @@ fn produce_max(st: &State, lists: Option<&mut RequestLists>) -> Option<i16> {
         .txn
         .as_ref()
         .filter(|t| !t.v2)
-        .map(|_| super::txn::PRODUCE_CLASSIC_MAX);
+        .map(|_| super::txn_state::PRODUCE_CLASSIC_MAX);
     let Some(lists) = lists else {
         return max;
     };

@@ -149,10 +149,6 @@ const TRANSACTION_VERSION: &str = "transaction.version";
 /// Highest EndTxn version of the classic flow (v5 is KIP-890's, with an epoch bump).
 const END_TXN_CLASSIC_MAX: i16 = 4;
 
-/// Highest Produce version of a transactional writer on the classic flow: a broker reads v12+
-/// in a transaction as KIP-890 part 2's implicit AddPartitionsToTxn.
-pub(crate) const PRODUCE_CLASSIC_MAX: i16 = 11;
-
 /// Highest TxnOffsetCommit version of the classic flow: v5+ tells the group coordinator the
 /// client added the group's partition implicitly (KIP-890 part 2).
 const TXN_OFFSET_COMMIT_CLASSIC_MAX: i16 = 4;
@@ -1156,7 +1152,7 @@ mod tests {
     use super::*;
     use crate::error::ErrorCategory;
     use crate::error::produce::ProduceError;
-    use crate::writer::txn_state::record_failure;
+    use crate::writer::txn_state::{PRODUCE_CLASSIC_MAX, record_failure};
 
     #[test]
     fn transaction_v2_needs_the_feature_and_every_version() {

@@ -1,7 +1,8 @@
 //! The transaction part of the writer's state (`State::txn`, under the writer's lock):
 //! where a transactional writer stands ([`Txn`]) and how an error moves it (fatal or
-//! abortable codes, a record's failure). The accumulator and the engine import this file; it
-//! imports only the error vocabulary, never the transactional calls (`txn.rs`).
+//! abortable codes, a record's failure), and the Produce version cap of the classic flow.
+//! The accumulator, the engine and the sender import this file; it imports only the error
+//! vocabulary, never the transactional calls (`txn.rs`).
 
 use std::collections::HashSet;
 
@@ -9,6 +10,10 @@ use kafkit_protocol::ErrorCode;
 
 use super::batch::PartId;
 use crate::error::produce::{ProduceError, TransactionError, TransactionPhase};
+
+/// Highest Produce version of a transactional writer on the classic flow: a broker reads v12+
+/// in a transaction as KIP-890 part 2's implicit AddPartitionsToTxn.
+pub(super) const PRODUCE_CLASSIC_MAX: i16 = 11;
 
 /// The transaction part of the writer's state (under the writer's lock).
 #[derive(Debug)]

@@ -94,6 +94,7 @@ mod conn;
 mod dialer;
 mod error;
 mod group;
+mod ops;
 pub mod properties;
 mod reader;
 mod time;
@@ -107,7 +108,6 @@ pub use admin::Client;
 pub use bytes::Bytes;
 pub use conn::fetch::{FetchParams, FetchedPartition};
 pub use conn::metadata::{Broker, Metadata, PartitionMetadata, TopicMetadata};
-pub use conn::offsets::{IsolationLevel, ListedOffset, OffsetSpec};
 pub use conn::produce::{Acks, ProduceBatches, ProducedPartition, RecordError};
 pub use conn::{BrokerVersions, Conn};
 pub use dialer::{
@@ -141,6 +141,7 @@ pub use kafkit_protocol::records::{Record, RecordHeader};
 /// SASL mechanisms for [`DialerBuilder::sasl`]: PLAIN, SCRAM, OAUTHBEARER, AWS_MSK_IAM
 /// (`kafkit-sasl`).
 pub use kafkit_sasl as sasl;
+pub use ops::offsets::{ConsumerGroupMetadata, IsolationLevel, ListedOffset, OffsetSpec};
 pub use properties::{Properties, PropertyError};
 pub use reader::{
     AutoOffsetReset, ConsumerRecord, FetchState, PartitionRecords, PartitionStats, Position,
@@ -160,7 +161,7 @@ pub mod bench {
     pub use crate::writer::{EncodePathStats, encode_path};
 }
 pub use writer::{
-    CompletionCallback, ConsumerGroupMetadata, DeliveryFuture, ProduceError, ProducerRecord,
-    ProducerRecordRef, RecordMetadata, TransactionError, TransactionPhase, WriteErrors, Writer,
-    WriterBuilder, WriterConfigError, WriterStats,
+    CompletionCallback, DeliveryFuture, ProduceError, ProducerRecord, ProducerRecordRef,
+    RecordMetadata, TransactionError, TransactionPhase, WriteErrors, Writer, WriterBuilder,
+    WriterConfigError, WriterStats,
 };

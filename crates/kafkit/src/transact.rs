@@ -46,15 +46,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::ErrorCode;
-use crate::admin::{Client, ListGroupOffsets, OffsetAndMetadata};
+use crate::admin::Client;
 use crate::error::{Error, Result};
 use crate::group::{
     GroupHandle, GroupReader, GroupReaderBuilder, ListenerFuture, RebalanceListener,
 };
+use crate::ops::offsets::{ConsumerGroupMetadata, ListGroupOffsets, OffsetAndMetadata};
 use crate::reader::{ConsumerRecord, PartitionRecords, StartOffset};
-use crate::writer::{
-    ConsumerGroupMetadata, ProduceError, ProducerRecord, TransactionError, TransactionPhase, Writer,
-};
+use crate::writer::{ProduceError, ProducerRecord, TransactionError, TransactionPhase, Writer};
 
 /// What a [`GroupTransactSession`] makes of each input record: the output records it pushes
 /// onto `out` (none to drop the record, several to fan out). Closures
@@ -876,7 +875,7 @@ impl GroupTransactSession {
 /// else where `auto_offset_reset` says; the first partition error (e.g.
 /// `UNSTABLE_OFFSET_COMMIT`) fails the whole answer, which is asked again.
 fn starts(
-    parts: crate::admin::CommittedOffsets,
+    parts: crate::ops::offsets::CommittedOffsets,
     reset: crate::AutoOffsetReset,
 ) -> Result<Vec<(String, i32, crate::group::commit::Start)>> {
     let mut out = Vec::with_capacity(parts.len());

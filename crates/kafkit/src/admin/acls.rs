@@ -10,8 +10,9 @@ use kafkit_protocol::messages::{
     DescribeAclsRequest, DescribeAclsResponse, create_acls_request, delete_acls_request,
 };
 
-use super::{Client, ResourceResult, code_result, wire_enum};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::{ResourceResult, code_result, wire_enum};
 
 wire_enum! {
     /// The kind of resource an ACL protects (`ResourceType` of the Java client).

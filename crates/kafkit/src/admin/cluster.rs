@@ -13,10 +13,13 @@ use kafkit_protocol::messages::{
 };
 use tokio::task::JoinSet;
 
+use super::Client;
 use super::acls::{AclOperation, operations_from_bits};
-use super::{Client, ResourceResult, check_distinct, code_result, in_order, wire_enum};
 use crate::conn::metadata::Broker;
 use crate::error::{Error, Result};
+use crate::ops::{
+    ResourceResult, check_distinct, code_result, in_order, unsupported_from, wire_enum,
+};
 
 /// The cluster as described by [`Client::describe_cluster`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,9 +304,7 @@ impl Client {
         match self.version::<DescribeClusterRequest>().await {
             Ok(version) => {
                 if options.include_fenced_brokers && version < 2 {
-                    return Err(super::groups::unsupported_from::<DescribeClusterRequest>(
-                        2, version,
-                    ));
+                    return Err(unsupported_from::<DescribeClusterRequest>(2, version));
                 }
                 let req = DescribeClusterRequest::default()
                     .with_include_cluster_authorized_operations(include_authorized_operations)

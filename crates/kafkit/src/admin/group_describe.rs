@@ -17,10 +17,11 @@ use kafkit_protocol::messages::{
     streams_group_describe_response,
 };
 
+use super::Client;
 use super::acls::{AclOperation, operations_from_bits};
-use super::groups::{GroupState, missing};
-use super::{Client, ResourceResult, check_distinct, code_result};
+use super::groups::GroupState;
 use crate::error::Result;
+use crate::ops::{ResourceResult, check_distinct, code_result, missing};
 
 /// The partitions of one topic in a member's assignment.
 #[derive(Debug, Clone, PartialEq, Eq)]

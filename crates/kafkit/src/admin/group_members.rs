@@ -3,9 +3,9 @@
 
 use kafkit_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse, leave_group_request};
 
-use super::groups::{missing, unsupported_from};
-use super::{Client, ResourceResult, code_result};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::{ResourceResult, check_distinct, code_result, missing, unsupported_from};
 
 /// The reason sent when the caller gives none (Java's `DEFAULT_LEAVE_GROUP_REASON`).
 const DEFAULT_REASON: &str = "member was removed by an admin";
@@ -44,7 +44,7 @@ pub(crate) fn remove_members_request(
     if members.is_empty() {
         return Err(Error::InvalidArgument("no members to remove".into()));
     }
-    super::check_distinct("member", members)?;
+    check_distinct("member", members)?;
     let mut cut = reason.len().min(255);
     while !reason.is_char_boundary(cut) {
         cut -= 1;

@@ -11,14 +11,18 @@ use bytes::Bytes;
 use kafkit_group_balancer::{Assignment, Subscription};
 use kafkit_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
-    ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse,
-    offset_commit_request, offset_delete_request, offset_fetch_request,
+    ListGroupsRequest, ListGroupsResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, offset_delete_request,
 };
 use kafkit_protocol::{ErrorCode, Request, Response};
 
-use super::{Client, ResourceResult, check_distinct, code_result};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::offsets::{
+    CommittedOffsets, ListGroupOffsets, OffsetAndMetadata, by_topic, offset_commit_request,
+    offset_commit_results, offset_fetch_request, offset_fetch_results,
+};
+use crate::ops::{ResourceResult, check_distinct, code_result, missing, unsupported_from};
 use crate::transport::{ConnKind, Transport};
 use crate::{IsolationLevel, OffsetSpec};
 
@@ -332,13 +336,6 @@ pub(crate) fn describe_groups_results(
         .collect()
 }
 
-/// [`Error::Protocol`]: the `operation` answer has no result for `what`.
-pub(crate) fn missing(operation: &str, what: impl std::fmt::Debug) -> Error {
-    Error::Protocol(format!(
-        "the {operation} response has no result for {what:?}"
-    ))
-}
-
 /// Builds a DeleteGroups request for `groups`.
 pub(crate) fn delete_groups_request(groups: &[&str]) -> DeleteGroupsRequest {
     DeleteGroupsRequest::default()
@@ -365,340 +362,6 @@ pub(crate) fn delete_groups_results(
                 None => Err(missing("DeleteGroups", id)),
             };
             (id.to_owned(), result)
-        })
-        .collect()
-}
-
-/// Which committed offsets of one group to read with [`Client::list_consumer_group_offsets`]
-/// (Java `ListConsumerGroupOffsetsSpec`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ListGroupOffsets {
-    /// The group id.
-    pub group_id: String,
-    /// The partitions to read, as `(topic, partition)`; `None` for every partition the group has
-    /// committed offsets for.
-    pub partitions: Option<Vec<(String, i32)>>,
-}
-
-impl ListGroupOffsets {
-    /// Every committed offset of `group_id`.
-    pub fn all(group_id: impl Into<String>) -> Self {
-        ListGroupOffsets {
-            group_id: group_id.into(),
-            partitions: None,
-        }
-    }
-
-    /// The committed offsets of `group_id` for these `(topic, partition)` pairs only; a
-    /// partition without a commit comes back as `Ok(None)`.
-    pub fn partitions<I, S>(group_id: impl Into<String>, partitions: I) -> Self
-    where
-        I: IntoIterator<Item = (S, i32)>,
-        S: Into<String>,
-    {
-        ListGroupOffsets {
-            group_id: group_id.into(),
-            partitions: Some(partitions.into_iter().map(|(t, p)| (t.into(), p)).collect()),
-        }
-    }
-}
-
-/// A committed offset (Java `OffsetAndMetadata`): what [`Client::list_consumer_group_offsets`]
-/// returns and [`Client::alter_consumer_group_offsets`] takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OffsetAndMetadata {
-    /// The offset: the next record the group will read.
-    pub offset: i64,
-    /// The leader epoch of the record before `offset` (KIP-320), if known.
-    pub leader_epoch: Option<i32>,
-    /// A metadata string stored with the offset (`None` when empty).
-    pub metadata: Option<String>,
-}
-
-impl OffsetAndMetadata {
-    /// `offset` with no leader epoch and no metadata. An offset to commit is >= 0:
-    /// [`Client::alter_consumer_group_offsets`] refuses a negative one with
-    /// [`Error::InvalidArgument`] before sending anything (Java's constructor throws
-    /// `IllegalArgumentException`).
-    pub fn new(offset: i64) -> Self {
-        OffsetAndMetadata {
-            offset,
-            leader_epoch: None,
-            metadata: None,
-        }
-    }
-
-    /// Sets the leader epoch.
-    pub fn leader_epoch(mut self, epoch: i32) -> Self {
-        self.leader_epoch = Some(epoch);
-        self
-    }
-
-    /// Sets the metadata string.
-    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
-        self.metadata = Some(metadata.into());
-        self
-    }
-}
-
-/// A group's committed offsets, one entry per `(topic, partition)`: `Ok(Some(..))` for a
-/// commit, `Ok(None)` for no commit, or the partition's error (e.g. `UNSTABLE_OFFSET_COMMIT`
-/// with `require_stable`, `UNKNOWN_TOPIC_OR_PARTITION`).
-pub type CommittedOffsets = Vec<((String, i32), ResourceResult<Option<OffsetAndMetadata>>)>;
-
-/// Groups `(topic, partition)` pairs by topic, keeping the first appearance order of topics.
-pub(crate) fn by_topic(partitions: &[(String, i32)]) -> Vec<(String, Vec<i32>)> {
-    let mut out: Vec<(String, Vec<i32>)> = Vec::new();
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    for (t, p) in partitions {
-        let i = *index.entry(t.as_str()).or_insert_with(|| {
-            out.push((t.clone(), Vec::new()));
-            out.len() - 1
-        });
-        out[i].1.push(*p);
-    }
-    out
-}
-
-/// Builds an OffsetFetch request at `version` for `groups`.
-///
-/// v8+ (KIP-709) carries every group in one request; below v8 the request carries one group, so
-/// `groups` must hold exactly one (callers send one request per group). `require_stable` needs
-/// v7+ (KIP-447).
-///
-/// Errors: [`Error::InvalidArgument`] for several groups below v8 or no group;
-/// [`Error::UnsupportedVersion`] for OffsetFetch when `require_stable` is set below v7, or when
-/// every partition is asked for below v2 (v0 and v1 need an explicit partition list).
-pub(crate) fn offset_fetch_request(
-    groups: &[&ListGroupOffsets],
-    require_stable: bool,
-    version: i16,
-) -> Result<OffsetFetchRequest> {
-    if groups.is_empty() {
-        return Err(Error::InvalidArgument("no group to read offsets of".into()));
-    }
-    if require_stable && version < 7 {
-        return Err(unsupported_from::<OffsetFetchRequest>(7, version));
-    }
-    let mut req = OffsetFetchRequest::default().with_require_stable(require_stable);
-    if version >= 8 {
-        req.groups = groups
-            .iter()
-            .map(|g| {
-                offset_fetch_request::OffsetFetchRequestGroup::default()
-                    .with_group_id(g.group_id.clone())
-                    .with_topics(g.partitions.as_ref().map(|ps| {
-                        by_topic(ps)
-                            .into_iter()
-                            .map(|(name, partition_indexes)| {
-                                offset_fetch_request::OffsetFetchRequestTopics::default()
-                                    .with_name(name)
-                                    .with_partition_indexes(partition_indexes)
-                            })
-                            .collect()
-                    }))
-            })
-            .collect();
-        return Ok(req);
-    }
-    let [g] = groups else {
-        return Err(Error::InvalidArgument(format!(
-            "OffsetFetch v{version} carries one group, {} given",
-            groups.len()
-        )));
-    };
-    if g.partitions.is_none() && version < 2 {
-        return Err(unsupported_from::<OffsetFetchRequest>(2, version));
-    }
-    req.group_id.clone_from(&g.group_id);
-    req.topics = g.partitions.as_ref().map(|ps| {
-        by_topic(ps)
-            .into_iter()
-            .map(|(name, partition_indexes)| {
-                offset_fetch_request::OffsetFetchRequestTopic::default()
-                    .with_name(name)
-                    .with_partition_indexes(partition_indexes)
-            })
-            .collect()
-    });
-    Ok(req)
-}
-
-/// One partition of an OffsetFetch answer, in either response shape.
-fn committed(
-    offset: i64,
-    leader_epoch: i32,
-    metadata: Option<String>,
-    error_code: ErrorCode,
-) -> ResourceResult<Option<OffsetAndMetadata>> {
-    code_result("OffsetFetch", error_code, None)?;
-    Ok((offset >= 0).then(|| OffsetAndMetadata {
-        offset,
-        leader_epoch: (leader_epoch >= 0).then_some(leader_epoch),
-        metadata: metadata.filter(|m| !m.is_empty()),
-    }))
-}
-
-/// Maps an OffsetFetch answer (either shape: `groups` from v8, top-level `topics` below) to one
-/// result per entry of `groups`, in order: the group's error code fails the whole group; else
-/// one entry per partition asked for (caller's order), or per partition with a commit when all
-/// were asked for. Anything asked for but left out of the answer is an [`Error::Protocol`].
-pub(crate) fn offset_fetch_results(
-    groups: &[&ListGroupOffsets],
-    resp: OffsetFetchResponse,
-) -> Vec<(String, ResourceResult<CommittedOffsets>)> {
-    // (group id, group error, partitions) as answered.
-    let mut answered: Vec<(String, ErrorCode, CommittedOffsets)> = Vec::new();
-    if resp.groups.is_empty() {
-        // Pre-v8 shape: one group, the one asked about.
-        if let Some(g) = groups.first() {
-            let parts = resp
-                .topics
-                .into_iter()
-                .flat_map(|t| {
-                    let name = t.name;
-                    t.partitions.into_iter().map(move |p| {
-                        (
-                            (name.clone(), p.partition_index),
-                            committed(
-                                p.committed_offset,
-                                p.committed_leader_epoch,
-                                p.metadata,
-                                p.error_code,
-                            ),
-                        )
-                    })
-                })
-                .collect();
-            answered.push((g.group_id.clone(), resp.error_code, parts));
-        }
-    } else {
-        for g in resp.groups {
-            let parts = g
-                .topics
-                .into_iter()
-                .flat_map(|t| {
-                    let name = t.name;
-                    t.partitions.into_iter().map(move |p| {
-                        (
-                            (name.clone(), p.partition_index),
-                            committed(
-                                p.committed_offset,
-                                p.committed_leader_epoch,
-                                p.metadata,
-                                p.error_code,
-                            ),
-                        )
-                    })
-                })
-                .collect();
-            answered.push((g.group_id, g.error_code, parts));
-        }
-    }
-    // By group id, first answer wins (a scan per group was quadratic for thousands of groups).
-    let mut by_group: HashMap<String, (ErrorCode, CommittedOffsets)> = HashMap::new();
-    for (id, code, parts) in answered {
-        by_group.entry(id).or_insert((code, parts));
-    }
-    groups
-        .iter()
-        .map(|g| {
-            let Some((code, parts)) = by_group.remove(&g.group_id) else {
-                return (g.group_id.clone(), Err(missing("OffsetFetch", &g.group_id)));
-            };
-            let group_id = g.group_id.clone();
-            if let Err(e) = code_result("OffsetFetch", code, None) {
-                return (group_id, Err(e));
-            }
-            let partitions = match &g.partitions {
-                None => parts,
-                Some(asked) => {
-                    // By key, not a scan per partition: a group may ask for thousands.
-                    let mut parts: HashMap<(String, i32), _> = parts.into_iter().rev().collect();
-                    asked
-                        .iter()
-                        .map(|tp| {
-                            let r = parts
-                                .remove(tp)
-                                .unwrap_or_else(|| Err(missing("OffsetFetch", tp)));
-                            (tp.clone(), r)
-                        })
-                        .collect()
-                }
-            };
-            (group_id, Ok(partitions))
-        })
-        .collect()
-}
-
-/// Builds an OffsetCommit request that commits `offsets` for `group_id` as an admin: generation
-/// -1 and an empty member id, which brokers accept only while the group has no members (Java
-/// `Admin.alterConsumerGroupOffsets`).
-///
-/// Errors: [`Error::InvalidArgument`] for an empty list.
-pub(crate) fn offset_commit_request(
-    group_id: &str,
-    offsets: &[(String, i32, OffsetAndMetadata)],
-) -> Result<OffsetCommitRequest> {
-    if offsets.is_empty() {
-        return Err(Error::InvalidArgument("no offsets to commit".into()));
-    }
-    // As Java's OffsetAndMetadata, which throws IllegalArgumentException for a negative
-    // offset: a commit of -7 would move the group before the log's start.
-    if let Some((topic, partition, om)) = offsets.iter().find(|(_, _, om)| om.offset < 0) {
-        return Err(Error::InvalidArgument(format!(
-            "offset {} for {topic}/{partition} is negative (an offset to commit is >= 0)",
-            om.offset
-        )));
-    }
-    let mut req = OffsetCommitRequest::default()
-        .with_group_id(group_id.to_owned())
-        .with_generation_id_or_member_epoch(-1)
-        .with_member_id(String::new());
-    let mut topic_index: HashMap<&str, usize> = HashMap::new();
-    for (topic, partition, om) in offsets {
-        let p = offset_commit_request::OffsetCommitRequestPartition::default()
-            .with_partition_index(*partition)
-            .with_committed_offset(om.offset)
-            .with_committed_leader_epoch(om.leader_epoch.unwrap_or(-1))
-            .with_committed_metadata(Some(om.metadata.clone().unwrap_or_default()));
-        let i = *topic_index.entry(topic.as_str()).or_insert_with(|| {
-            let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
-            t.name.clone_from(topic);
-            req.topics.push(t);
-            req.topics.len() - 1
-        });
-        req.topics[i].partitions.push(p);
-    }
-    Ok(req)
-}
-
-/// Maps an OffsetCommit answer to one result per entry of `offsets`, in order
-/// (`UNKNOWN_MEMBER_ID` when the group has members, `OFFSET_METADATA_TOO_LARGE`...).
-pub(crate) fn offset_commit_results(
-    offsets: &[(String, i32, OffsetAndMetadata)],
-    resp: OffsetCommitResponse,
-) -> Vec<((String, i32), ResourceResult<()>)> {
-    let answered: HashMap<(&str, i32), ErrorCode> = resp
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| ((t.name.as_str(), p.partition_index), p.error_code))
-        })
-        .collect();
-    offsets
-        .iter()
-        .map(|(t, p, _)| {
-            let tp = (t.clone(), *p);
-            let r = match answered.get(&(t.as_str(), *p)) {
-                Some(&c) => code_result("OffsetCommit", c, None),
-                None => Err(missing("OffsetCommit", &tp)),
-            };
-            (tp, r)
         })
         .collect()
 }
@@ -813,19 +476,6 @@ pub(crate) fn lag_results(
             (tp.clone(), r)
         })
         .collect()
-}
-
-/// [`Error::UnsupportedVersion`] for `R` when a feature needs version `need` and the broker
-/// speaks at most `have`.
-pub(crate) fn unsupported_from<R: kafkit_protocol::Request>(need: i16, have: i16) -> Error {
-    Error::UnsupportedVersion {
-        api: R::API_KEY,
-        ours: kafkit_protocol::VersionRange::new(
-            need,
-            crate::conn::versions::client_max_for::<R>(),
-        ),
-        broker: Some(kafkit_protocol::VersionRange::new(R::VERSIONS.min, have)),
-    }
 }
 
 // ----- the Client methods ---------------------------------------------------------------------
@@ -1243,7 +893,7 @@ mod tests {
     use kafkit_group_balancer::TopicPartitions;
     use kafkit_protocol::messages::{
         delete_groups_response, describe_groups_response, list_groups_response,
-        offset_commit_response, offset_delete_response, offset_fetch_response,
+        offset_delete_response,
     };
     use kafkit_protocol::{ApiKey, EncodeError, Message};
 
@@ -1295,7 +945,7 @@ mod tests {
         });
         each_version(|_| offset_delete_request("g", &[("t".to_owned(), 0)]).expect("request"));
         each_version(|v| {
-            crate::conn::offsets::list_offsets_request(
+            crate::ops::offsets::list_offsets_request(
                 &[
                     ("t", 0, OffsetSpec::Earliest),
                     ("t", 1, OffsetSpec::Timestamp(5)),
@@ -1304,7 +954,7 @@ mod tests {
                 v,
             )
             .or_else(|_| {
-                crate::conn::offsets::list_offsets_request(
+                crate::ops::offsets::list_offsets_request(
                     &[("t", 0, OffsetSpec::Earliest)],
                     IsolationLevel::ReadUncommitted,
                     v,
@@ -1489,191 +1139,6 @@ mod tests {
         let e = got[1].1.as_ref().unwrap_err().to_string();
         assert!(e.contains("active members"), "{e}");
         assert!(matches!(got[2].1, Err(Error::Protocol(_))));
-    }
-
-    #[test]
-    fn offset_fetch_request_shapes_by_version() {
-        let all = ListGroupOffsets::all("g1");
-        let some = ListGroupOffsets::partitions("g2", [("t", 1), ("u", 0), ("t", 0)]);
-        let v8 = offset_fetch_request(&[&all, &some], true, 8).expect("v8 batches");
-        assert_eq!(v8.groups.len(), 2);
-        assert_eq!(v8.groups[0].topics, None);
-        let topics = v8.groups[1].topics.as_ref().expect("listed");
-        assert_eq!(topics[0].name, "t");
-        assert_eq!(topics[0].partition_indexes, [1, 0]);
-        assert_eq!(topics[1].name, "u");
-        encodes(&v8, 8).expect("encodes at v8");
-        encodes(&v8, 7).expect_err("groups are not in v7");
-
-        let v7 = offset_fetch_request(&[&some], true, 7).expect("one group at v7");
-        assert_eq!(v7.group_id, "g2");
-        assert_eq!(v7.topics.as_ref().map(Vec::len), Some(2));
-        encodes(&v7, 7).expect("encodes at v7");
-        assert!(matches!(
-            offset_fetch_request(&[&all, &some], false, 7),
-            Err(Error::InvalidArgument(_))
-        ));
-        assert!(matches!(
-            offset_fetch_request(&[&all], true, 6),
-            Err(Error::UnsupportedVersion {
-                api: ApiKey::OffsetFetch,
-                ..
-            })
-        ));
-        let v2 = offset_fetch_request(&[&all], false, 2).expect("null topics from v2");
-        assert_eq!(v2.topics, None);
-        encodes(&v2, 2).expect("encodes at v2");
-        assert!(offset_fetch_request(&[&all], false, 1).is_err());
-        assert!(offset_fetch_request(&[], false, 8).is_err());
-    }
-
-    fn fetched_partition_v8(
-        p: i32,
-        offset: i64,
-        code: ErrorCode,
-    ) -> offset_fetch_response::OffsetFetchResponsePartitions {
-        let mut rp = offset_fetch_response::OffsetFetchResponsePartitions::default();
-        rp.partition_index = p;
-        rp.committed_offset = offset;
-        rp.committed_leader_epoch = -1;
-        rp.error_code = code;
-        rp
-    }
-
-    #[test]
-    fn offset_fetch_results_batched_shape() {
-        let all = ListGroupOffsets::all("g1");
-        let some = ListGroupOffsets::partitions("g2", [("t", 1), ("t", 0), ("t", 2)]);
-        let lost = ListGroupOffsets::all("g3");
-        let denied = ListGroupOffsets::all("g4");
-        let mut resp = OffsetFetchResponse::default();
-        let mut g2 = offset_fetch_response::OffsetFetchResponseGroup::default();
-        g2.group_id = "g2".into();
-        let mut t = offset_fetch_response::OffsetFetchResponseTopics::default();
-        t.name = "t".into();
-        t.partitions
-            .push(fetched_partition_v8(0, -1, ErrorCode::NONE));
-        t.partitions.push(fetched_partition_v8(
-            2,
-            -1,
-            ErrorCode::UNSTABLE_OFFSET_COMMIT,
-        ));
-        g2.topics.push(t);
-        let mut g1 = offset_fetch_response::OffsetFetchResponseGroup::default();
-        g1.group_id = "g1".into();
-        let mut t = offset_fetch_response::OffsetFetchResponseTopics::default();
-        t.name = "x".into();
-        let mut p = fetched_partition_v8(3, 42, ErrorCode::NONE);
-        p.committed_leader_epoch = 5;
-        p.metadata = Some("meta".into());
-        t.partitions.push(p);
-        g1.topics.push(t);
-        let mut g4 = offset_fetch_response::OffsetFetchResponseGroup::default();
-        g4.group_id = "g4".into();
-        g4.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED;
-        resp.groups = vec![g2, g4, g1];
-        let got = offset_fetch_results(&[&all, &some, &lost, &denied], resp);
-        assert_eq!(got[0].0, "g1");
-        let g1 = got[0].1.as_ref().expect("g1 read");
-        assert_eq!(g1.len(), 1);
-        assert_eq!(g1[0].0, tp("x", 3));
-        let om = g1[0].1.as_ref().expect("ok").as_ref().expect("committed");
-        assert_eq!(om.offset, 42);
-        assert_eq!(om.leader_epoch, Some(5));
-        assert_eq!(om.metadata.as_deref(), Some("meta"));
-        // Caller's order; partition 1 was left out of the answer.
-        let g2 = got[1].1.as_ref().expect("g2 read");
-        assert_eq!(g2[0].0, tp("t", 1));
-        assert!(matches!(g2[0].1, Err(Error::Protocol(_))));
-        assert_eq!(g2[1].0, tp("t", 0));
-        assert_eq!(*g2[1].1.as_ref().expect("ok"), None, "-1 means no commit");
-        assert_eq!(code_of(&g2[2].1), Some(ErrorCode::UNSTABLE_OFFSET_COMMIT));
-        assert!(matches!(got[2].1, Err(Error::Protocol(_))));
-        assert_eq!(
-            code_of(&got[3].1),
-            Some(ErrorCode::GROUP_AUTHORIZATION_FAILED)
-        );
-    }
-
-    #[test]
-    fn offset_fetch_results_single_group_shape_with_group_error() {
-        let some = ListGroupOffsets::partitions("g", [("t", 0)]);
-        let mut resp = OffsetFetchResponse::default();
-        resp.error_code = ErrorCode::GROUP_AUTHORIZATION_FAILED;
-        let got = offset_fetch_results(&[&some], resp);
-        assert_eq!(
-            code_of(&got[0].1),
-            Some(ErrorCode::GROUP_AUTHORIZATION_FAILED)
-        );
-
-        let mut resp = OffsetFetchResponse::default();
-        let mut t = offset_fetch_response::OffsetFetchResponseTopic::default();
-        t.name = "t".into();
-        let mut p = offset_fetch_response::OffsetFetchResponsePartition::default();
-        p.committed_offset = 7;
-        t.partitions.push(p);
-        resp.topics.push(t);
-        let got = offset_fetch_results(&[&some], resp);
-        let parts = got[0].1.as_ref().expect("read");
-        assert_eq!(
-            parts[0].1.as_ref().expect("ok").as_ref().map(|o| o.offset),
-            Some(7)
-        );
-    }
-
-    /// Issue: `OffsetAndMetadata::new(-7)` was committed as given (Java refuses a negative
-    /// offset with IllegalArgumentException).
-    #[test]
-    fn a_negative_offset_is_refused_before_sending() {
-        let offsets = vec![
-            ("t".to_owned(), 0, OffsetAndMetadata::new(5)),
-            ("t".to_owned(), 1, OffsetAndMetadata::new(-7)),
-        ];
-        let err = offset_commit_request("g", &offsets).unwrap_err();
-        assert!(
-            matches!(&err, Error::InvalidArgument(m) if m.contains("-7") && m.contains("t/1")),
-            "{err:?}"
-        );
-        assert!(offset_commit_request("g", &offsets[..1]).is_ok());
-    }
-
-    #[test]
-    fn offset_commit_as_admin() {
-        let offsets = vec![
-            ("t".to_owned(), 0, OffsetAndMetadata::new(5).leader_epoch(2)),
-            ("u".to_owned(), 1, OffsetAndMetadata::new(9).metadata("m")),
-            ("t".to_owned(), 1, OffsetAndMetadata::new(6)),
-        ];
-        let req = offset_commit_request("g", &offsets).expect("request");
-        assert_eq!(req.generation_id_or_member_epoch, -1);
-        assert_eq!(req.member_id, "");
-        assert_eq!(req.topics.len(), 2);
-        assert_eq!(req.topics[0].partitions[0].committed_leader_epoch, 2);
-        assert_eq!(
-            req.topics[1].partitions[0].committed_metadata.as_deref(),
-            Some("m")
-        );
-        for v in [2, 5, 8, 9] {
-            encodes(&req, v).unwrap_or_else(|e| panic!("v{v}: {e}"));
-        }
-        assert!(offset_commit_request("g", &[]).is_err());
-
-        let mut resp = OffsetCommitResponse::default();
-        let mut t = offset_commit_response::OffsetCommitResponseTopic::default();
-        t.name = "t".into();
-        let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
-        p.partition_index = 1;
-        p.error_code = ErrorCode::UNKNOWN_MEMBER_ID;
-        t.partitions.push(p);
-        let mut p = offset_commit_response::OffsetCommitResponsePartition::default();
-        p.partition_index = 0;
-        t.partitions.push(p);
-        resp.topics.push(t);
-        let got = offset_commit_results(&offsets, resp);
-        assert_eq!(got[0].0, tp("t", 0));
-        assert!(got[0].1.is_ok());
-        assert!(matches!(got[1].1, Err(Error::Protocol(_))));
-        assert_eq!(code_of(&got[2].1), Some(ErrorCode::UNKNOWN_MEMBER_ID));
     }
 
     #[test]

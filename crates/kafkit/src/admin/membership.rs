@@ -8,8 +8,9 @@ use kafkit_protocol::messages::{
     UnregisterBrokerRequest, UnregisterBrokerResponse, add_raft_voter_request,
 };
 
-use super::{Client, code_result};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::{check_distinct, code_result};
 
 /// One endpoint of a controller joining the quorum (Java `RaftVoterEndpoint`): the
 /// controller listener `name` (e.g. `CONTROLLER`) at `host`:`port`.
@@ -52,7 +53,7 @@ pub(crate) fn add_raft_voter_request(
         ));
     }
     let names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
-    super::check_distinct("listener", &names)?;
+    check_distinct("listener", &names)?;
     Ok(AddRaftVoterRequest::default()
         .with_cluster_id(cluster_id.map(str::to_owned))
         .with_timeout_ms(timeout_ms)

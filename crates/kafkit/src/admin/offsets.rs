@@ -11,10 +11,9 @@ use kafkit_protocol::messages::{
 };
 
 use super::Client;
-use super::groups::missing;
-use super::{ResourceResult, code_result};
-use crate::conn::offsets::{list_offsets_request, list_offsets_results};
 use crate::error::{Error, Result};
+use crate::ops::offsets::{list_offsets_request, list_offsets_results};
+use crate::ops::{ResourceResult, code_result, missing};
 use crate::{IsolationLevel, ListedOffset, OffsetSpec};
 
 /// One partition's answer of [`Client::list_offsets`] (Java `ListOffsetsResultInfo`).

@@ -7,9 +7,9 @@ use kafkit_protocol::messages::{
     DescribeProducersRequest, DescribeProducersResponse, describe_producers_request,
 };
 
-use super::groups::missing;
-use super::{Client, ResourceResult, code_result};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::{ResourceResult, code_result, missing};
 
 /// One producer with state on a partition (Java `ProducerState`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,8 +13,9 @@ use kafkit_protocol::messages::{
     DescribeClientQuotasResponse, alter_client_quotas_request, describe_client_quotas_request,
 };
 
-use super::{Client, ResourceResult, check_distinct, code_result, in_order};
+use super::Client;
 use crate::error::Result;
+use crate::ops::{ResourceResult, check_distinct, code_result, in_order};
 
 /// A quota entity: `(entity type, name)` pairs, sorted by type; `None` is the default entity of
 /// that type (e.g. the default for every user).

@@ -7,8 +7,9 @@ use kafkit_protocol::messages::{
     alter_partition_reassignments_request, list_partition_reassignments_request,
 };
 
-use super::{Client, ResourceResult, check_distinct, code_result, in_order};
+use super::Client;
 use crate::error::Result;
+use crate::ops::{ResourceResult, check_distinct, code_result, in_order};
 
 /// A reassignment in progress (KIP-455).
 #[derive(Debug, Clone, PartialEq, Eq)]

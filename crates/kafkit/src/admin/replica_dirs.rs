@@ -11,10 +11,10 @@ use kafkit_protocol::messages::{
 use kafkit_protocol::{ErrorCode, Request};
 use tokio::task::JoinSet;
 
+use super::Client;
 use super::cluster::LogDirDescription;
-use super::groups::missing;
-use super::{Client, ResourceResult, check_distinct, code_result, error_for_each};
 use crate::error::{Error, Result};
+use crate::ops::{ResourceResult, check_distinct, code_result, error_for_each, in_order, missing};
 
 /// One replica: a partition on a broker (Java `TopicPartitionReplica`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -218,7 +218,7 @@ where
             Error::Protocol(format!("{} task failed: {e}", R::Req::API_KEY.name()))
         })?);
     }
-    Ok(super::in_order(R::Req::API_KEY.name(), keys, answers))
+    Ok(in_order(R::Req::API_KEY.name(), keys, answers))
 }
 
 /// An item sent to its broker by [`per_broker`], and the request that carries it.

@@ -13,8 +13,9 @@ use kafkit_protocol::messages::{
 };
 use kafkit_sasl::{ScramHash, Secret};
 
-use super::{Client, ResourceResult, check_distinct, code_result, in_order, wire_enum};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::{ResourceResult, check_distinct, code_result, in_order, wire_enum};
 
 /// Fewest iterations Kafka brokers accept for a SCRAM credential.
 pub const SCRAM_MIN_ITERATIONS: i32 = 4096;

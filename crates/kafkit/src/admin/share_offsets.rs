@@ -15,9 +15,9 @@ use kafkit_protocol::messages::{
     delete_share_group_offsets_request, describe_share_group_offsets_request,
 };
 
-use super::groups::missing;
-use super::{Client, ResourceResult, check_distinct, code_result};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::{ResourceResult, check_distinct, code_result, missing};
 
 /// A share group's position on one partition (Java `SharePartitionOffsetInfo`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

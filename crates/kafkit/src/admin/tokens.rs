@@ -16,8 +16,9 @@ use kafkit_protocol::messages::{
     create_delegation_token_request, describe_delegation_token_request,
 };
 
-use super::{Client, code_result};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::code_result;
 
 /// A principal as Kafka names it (Java `KafkaPrincipal`): a type, `User` for every built-in
 /// authenticator, and a name.

@@ -9,9 +9,10 @@ use kafkit_protocol::messages::{
     ListTransactionsResponse,
 };
 
-use super::groups::{missing, to_every_broker, unsupported_from};
-use super::{Client, ResourceResult, check_distinct, code_result};
+use super::Client;
+use super::groups::to_every_broker;
 use crate::error::{Error, Result};
+use crate::ops::{ResourceResult, check_distinct, code_result, missing, unsupported_from};
 use crate::transport::CoordinatorType;
 
 /// The state of a transactional producer at its coordinator (Java `TransactionState`).

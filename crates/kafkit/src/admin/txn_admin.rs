@@ -11,9 +11,9 @@ use kafkit_protocol::messages::{
 };
 use tokio::task::JoinSet;
 
-use super::groups::missing;
-use super::{Client, ResourceResult, check_distinct, code_result, in_order};
+use super::Client;
 use crate::error::{Error, Result};
+use crate::ops::{ResourceResult, check_distinct, code_result, in_order, missing};
 
 /// A producer id and epoch as a coordinator handed them out (Java `ProducerIdAndEpoch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

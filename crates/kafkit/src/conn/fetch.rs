@@ -7,9 +7,9 @@ use kafkit_protocol::messages::{FetchRequest, FetchResponse, fetch_request, fetc
 use kafkit_protocol::records::{DecodeOptions, Record, RecordsError};
 
 use crate::conn::Conn;
-use crate::conn::offsets::IsolationLevel;
 use crate::conn::records;
 use crate::error::{Error, Result};
+use crate::ops::offsets::IsolationLevel;
 use crate::time::wire_ms;
 
 /// Fetch v13+ names topics by id only (KIP-516); this client sends names, so it stops at v12.

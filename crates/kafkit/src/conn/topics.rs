@@ -8,13 +8,13 @@
 
 use kafkit_protocol::messages::{CreateTopicsRequest, DeleteTopicsRequest};
 
-use crate::admin::{
-    CreatedTopic, NewTopic, ResourceResult, check_distinct, check_new_topics,
-    create_topics_request_for, create_topics_results, delete_topics_request_for,
-    delete_topics_results, merge_create_results,
-};
 use crate::conn::Conn;
 use crate::error::Result;
+use crate::ops::topics::{
+    CreatedTopic, NewTopic, check_new_topics, create_topics_request, create_topics_results,
+    delete_topics_request, delete_topics_results, merge_create_results,
+};
+use crate::ops::{ResourceResult, check_distinct};
 
 impl Conn {
     /// Creates `topics` (CreateTopics API, KIP-4) through this connection's broker; with
@@ -46,7 +46,7 @@ impl Conn {
         let version = self.version_for::<CreateTopicsRequest>(None)?;
         let wait = self.request_timeout();
         let sent = send.iter().map(|t| t.name.clone()).collect();
-        let req = create_topics_request_for(send, validate_only, broker_timeout_ms(wait));
+        let req = create_topics_request(send, validate_only, broker_timeout_ms(wait));
         let resp = self.request_at(&req, version, wait).await?;
         let answered = create_topics_results(sent, resp);
         Ok(merge_create_results(names, refused, answered))
@@ -70,7 +70,7 @@ impl Conn {
         check_distinct("topic", &names)?;
         let version = self.version_for::<DeleteTopicsRequest>(None)?;
         let wait = self.request_timeout();
-        let req = delete_topics_request_for(&names, version, broker_timeout_ms(wait));
+        let req = delete_topics_request(&names, version, broker_timeout_ms(wait));
         let resp = self.request_at(&req, version, wait).await?;
         Ok(delete_topics_results(names, resp))
     }

@@ -22,13 +22,12 @@ use kafkit_protocol::{ErrorCode, Uuid};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::admin::groups::{
-    ListGroupOffsets, offset_commit_request, offset_commit_results, offset_fetch_request,
-    offset_fetch_results,
-};
-use crate::admin::{CommittedOffsets, OffsetAndMetadata};
 use crate::error::group::GroupError;
 use crate::error::{Error, Result};
+use crate::ops::offsets::{
+    CommittedOffsets, ListGroupOffsets, OffsetAndMetadata, offset_commit_request,
+    offset_commit_results, offset_fetch_request, offset_fetch_results,
+};
 use crate::reader::{AutoOffsetReset, StartOffset};
 
 /// One partition's offset to commit: `(topic, partition, offset and metadata)`.

@@ -60,8 +60,8 @@ pub use crate::error::group::GroupError;
 use self::config::Config;
 use self::shared::{Command, Shared, Step, Streamed, lock};
 use self::subscription::Subscription;
-use crate::admin::OffsetAndMetadata;
 use crate::error::{Error, Result};
+use crate::ops::offsets::OffsetAndMetadata;
 use crate::reader::{
     AutoOffsetReset, ConsumerRecord, ConsumerRecords, PartitionRecords, Position, Reader,
     ReaderError, StartOffset,

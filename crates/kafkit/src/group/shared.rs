@@ -15,10 +15,10 @@ use tokio::time::Instant;
 use super::commit::{self, CommitRequest};
 use super::config::{Config, GroupMembershipOperation, GroupProtocol};
 use super::subscription::Subscription;
-use crate::admin::OffsetAndMetadata;
-use crate::conn::offsets::IsolationLevel;
 use crate::error::group::GroupError;
 use crate::error::{Error, Result};
+use crate::ops::offsets::IsolationLevel;
+use crate::ops::offsets::OffsetAndMetadata;
 use crate::reader::{AutoOffsetReset, Barrier, Position, Reader};
 use crate::transport::Transport;
 

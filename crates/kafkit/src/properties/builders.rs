@@ -12,10 +12,10 @@ use super::security::Security;
 use super::{
     Properties, PropertyError, Value, boolean, choice, count, millis_value, text, unreachable_kind,
 };
-use crate::conn::offsets::IsolationLevel;
 use crate::conn::produce::Acks;
 use crate::dialer::DialerBuilder;
 use crate::group::{GroupProtocol, GroupReaderBuilder};
+use crate::ops::offsets::IsolationLevel;
 use crate::reader::{AutoOffsetReset, ReaderBuilder};
 use crate::transport::{Transport, TransportBuilder};
 use crate::writer::WriterBuilder;

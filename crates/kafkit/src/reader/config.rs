@@ -25,8 +25,8 @@
 use std::time::Duration;
 
 use super::Reader;
-use crate::conn::offsets::IsolationLevel;
 use crate::error::{Error, Result};
+use crate::ops::offsets::IsolationLevel;
 use crate::time::millis;
 use crate::transport::{Backoff, Transport};
 

@@ -25,8 +25,8 @@ use super::config::AutoOffsetReset;
 #[cfg(test)]
 use super::record::Barrier;
 use super::record::PartitionRecords;
-use crate::conn::offsets::OffsetSpec;
 use crate::error::Error;
+use crate::ops::offsets::OffsetSpec;
 
 /// Where a partition starts, or where [`crate::Reader::seek`] moves it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,8 +46,8 @@ use self::cursor::CursorState;
 pub(crate) use self::record::{Barrier, ConsumerRecords};
 use self::shared::Shared;
 use self::stats::Counters;
-use crate::conn::offsets::IsolationLevel;
 use crate::error::{Error, Result};
+use crate::ops::offsets::IsolationLevel;
 use crate::transport::Transport;
 
 /// A consumer of explicitly assigned partitions.

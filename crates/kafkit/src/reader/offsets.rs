@@ -25,9 +25,9 @@ use super::config::Config;
 use super::cursor::{Cursor, CursorState, Position, State};
 use super::shared::Shared;
 use crate::conn::metadata::{Metadata, TopicMetadata};
-use crate::conn::offsets::{ListedOffset, OffsetSpec, list_offsets_request, list_offsets_results};
 use crate::error::Error;
 use crate::error::reader::ReaderError;
+use crate::ops::offsets::{ListedOffset, OffsetSpec, list_offsets_request, list_offsets_results};
 use crate::transport::Backoff;
 
 /// Every this often the manager looks at fresh-enough metadata for every assigned topic

@@ -22,9 +22,9 @@ use super::session;
 use super::source::{self, Answer, Plan, Planned};
 use super::stats::Counters;
 use crate::conn::Conn;
-use crate::conn::offsets::IsolationLevel;
 use crate::error::reader::ReaderError;
 use crate::error::{Error, Result};
+use crate::ops::offsets::IsolationLevel;
 use crate::transport::Transport;
 
 /// What the Reader's tasks and its facade share.

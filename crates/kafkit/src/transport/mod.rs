@@ -31,6 +31,7 @@ use crate::conn::Conn;
 use crate::conn::metadata::Metadata;
 use crate::dialer::Dialer;
 use crate::error::{Error, Result};
+use crate::ops::topics::is_valid_topic_name;
 use crate::time::millis;
 
 pub(crate) use self::cache::LeaderHint;
@@ -232,17 +233,6 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.pool.close_all();
     }
-}
-
-/// Whether `name` is a legal Kafka topic name: 1 to 249 characters of `[a-zA-Z0-9._-]`, not
-/// `.` or `..` (the broker's own check; see Kafka's `Topic.validate`).
-pub(crate) fn is_valid_topic_name(name: &str) -> bool {
-    (1..=249).contains(&name.len())
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Checks one bootstrap entry: `host:port` with a non-empty host and a port in 1..=65535; no
@@ -1881,16 +1871,6 @@ mod tests {
                 "{bad}: {err:?}"
             );
         }
-    }
-
-    #[test]
-    fn topic_name_rule() {
-        assert!(is_valid_topic_name("orders.v1_eu-west"));
-        assert!(is_valid_topic_name(&"x".repeat(249)));
-        for bad in ["", ".", "..", "a b", "é", "a/b"] {
-            assert!(!is_valid_topic_name(bad), "{bad:?}");
-        }
-        assert!(!is_valid_topic_name(&"x".repeat(250)));
     }
 
     #[tokio::test(start_paused = true)]

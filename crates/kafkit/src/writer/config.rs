@@ -561,7 +561,7 @@ impl WriterBuilder {
     /// The default topic is a legal name and the codec is in this build.
     fn check_topic_and_codec(&self) -> Result<(), WriterConfigError> {
         if let Some(topic) = &self.topic
-            && !crate::transport::is_valid_topic_name(topic)
+            && !crate::ops::topics::is_valid_topic_name(topic)
         {
             return Err(WriterConfigError::InvalidTopic {
                 topic: topic.clone(),

@@ -164,7 +164,7 @@ fn no_metadata(topic: &str, code: ErrorCode) -> ProduceError {
 
 /// Refuses a topic name that is not a legal one before any lookup (the transport's check).
 pub(super) fn check_topic_name(topic: &str) -> Result<(), ProduceError> {
-    if crate::transport::is_valid_topic_name(topic) {
+    if crate::ops::topics::is_valid_topic_name(topic) {
         Ok(())
     } else {
         Err(ProduceError::InvalidTopic {

@@ -47,7 +47,6 @@ pub use bench::{EncodePathStats, encode_path};
 pub use config::{CompletionCallback, WriterBuilder};
 pub use record::{ProducerRecord, ProducerRecordRef};
 pub use stats::WriterStats;
-pub use txn::ConsumerGroupMetadata;
 
 use accumulator::Plan;
 use config::Config;

@@ -35,54 +35,11 @@ use super::batch::PartId;
 use super::inner::Inner;
 use super::router::{ProducerIdError, ask_producer_id};
 use super::txn_state::{Txn, code_error};
-use crate::admin::OffsetAndMetadata;
 use crate::conn::versions::client_max_for;
 use crate::error::Error;
 use crate::error::produce::{TransactionError, TransactionPhase};
+use crate::ops::offsets::{ConsumerGroupMetadata, OffsetAndMetadata};
 use crate::transport::{ConnKind, CoordinatorType};
-
-/// The consumer group a transaction's offsets belong to (Java `ConsumerGroupMetadata`): the
-/// group id, and for a member of it (KIP-447) its generation, member id and group instance
-/// id, which the group coordinator checks so a zombie member cannot commit. From
-/// [`crate::GroupReader::group_metadata`], or [`ConsumerGroupMetadata::new`] for a group id
-/// alone (generation -1, no member: the pre-KIP-447 form).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConsumerGroupMetadata {
-    /// The group id.
-    pub group_id: String,
-    /// The generation (classic) or member epoch (KIP-848); -1 when not a member.
-    pub generation_id: i32,
-    /// The member id; empty when not a member.
-    pub member_id: String,
-    /// The static member's instance id (KIP-345), if any.
-    pub group_instance_id: Option<String>,
-}
-
-impl ConsumerGroupMetadata {
-    /// The metadata of `group_id` with no member (generation -1, empty member id).
-    pub fn new(group_id: impl Into<String>) -> Self {
-        ConsumerGroupMetadata {
-            group_id: group_id.into(),
-            generation_id: -1,
-            member_id: String::new(),
-            group_instance_id: None,
-        }
-    }
-
-    /// This metadata with the member's generation, member id and instance id.
-    pub fn with_member(
-        mut self,
-        generation_id: i32,
-        member_id: impl Into<String>,
-        group_instance_id: Option<String>,
-    ) -> Self {
-        self.generation_id = generation_id;
-        self.member_id = member_id.into();
-        self.group_instance_id = group_instance_id;
-        self
-    }
-}
 
 /// The error of a call whose request failed without an answer `e`: a timeout when retrying
 /// could still help (the transport retried until the call's deadline), else by its code (a

@@ -43,16 +43,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kafkit_protocol::messages::OffsetFetchRequest;
 use tokio::time::Instant;
 
 use crate::ErrorCode;
-use crate::admin::Client;
 use crate::error::{Error, Result};
 use crate::group::{
     GroupHandle, GroupReader, GroupReaderBuilder, ListenerFuture, RebalanceListener,
 };
-use crate::ops::offsets::{ConsumerGroupMetadata, ListGroupOffsets, OffsetAndMetadata};
+use crate::ops::offsets::{
+    CommittedOffsets, ConsumerGroupMetadata, ListGroupOffsets, OffsetAndMetadata,
+    offset_fetch_request, offset_fetch_results,
+};
+use crate::ops::{ResourceResult, unsupported_from};
 use crate::reader::{ConsumerRecord, PartitionRecords, StartOffset};
+use crate::transport::{ConnKind, CoordinatorType, Transport};
 use crate::writer::{ProduceError, ProducerRecord, TransactionError, TransactionPhase, Writer};
 
 /// What a [`GroupTransactSession`] makes of each input record: the output records it pushes
@@ -825,15 +830,11 @@ impl GroupTransactSession {
             return Ok(());
         }
         let (mut stable, reset) = self.member.offset_settings();
-        let admin = Client::new(self.member.transport().clone()).with_timeout(self.timeout);
         let spec = ListGroupOffsets::partitions(self.member.group_id(), owned.iter().cloned());
         let deadline = Instant::now() + self.timeout;
         let mut backoff = Duration::from_millis(20);
         loop {
-            let last = match admin
-                .list_consumer_group_offsets(std::slice::from_ref(&spec), stable)
-                .await
-            {
+            let last = match committed(self.member.transport(), &spec, stable).await {
                 Ok(mut groups) => match groups.pop().map(|(_, r)| r) {
                     Some(Ok(parts)) => match starts(parts, reset) {
                         Ok(starts) => {
@@ -871,11 +872,42 @@ impl GroupTransactSession {
     }
 }
 
+/// The committed offsets of `spec` (OffsetFetch, routed by the transport to the group's
+/// coordinator), one result for its group. `require_stable` (KIP-447) needs v7+ at the
+/// coordinator: below that the answer is [`Error::UnsupportedVersion`], and the caller asks
+/// again without it.
+///
+/// Errors: [`Error::UnsupportedVersion`] as above, and the transport's errors.
+async fn committed(
+    transport: &Transport,
+    spec: &ListGroupOffsets,
+    require_stable: bool,
+) -> Result<Vec<(String, ResourceResult<CommittedOffsets>)>> {
+    if require_stable {
+        let node = transport
+            .coordinator(CoordinatorType::Group, &spec.group_id)
+            .await?;
+        let version = transport
+            .conn(node, ConnKind::Admin)
+            .await?
+            .version_for::<OffsetFetchRequest>(None)?;
+        if version < 7 {
+            return Err(unsupported_from::<OffsetFetchRequest>(7, version));
+        }
+    }
+    let groups = [spec];
+    // The multi-group form; the transport's split route sends the single-group form to a
+    // coordinator older than v8.
+    let req = offset_fetch_request(&groups, require_stable, 8)?;
+    let resp = transport.round_trip(req).await?;
+    Ok(offset_fetch_results(&groups, resp))
+}
+
 /// Where each partition goes back to: its committed offset (with its leader epoch, KIP-320),
 /// else where `auto_offset_reset` says; the first partition error (e.g.
 /// `UNSTABLE_OFFSET_COMMIT`) fails the whole answer, which is asked again.
 fn starts(
-    parts: crate::ops::offsets::CommittedOffsets,
+    parts: CommittedOffsets,
     reset: crate::AutoOffsetReset,
 ) -> Result<Vec<(String, i32, crate::group::commit::Start)>> {
     let mut out = Vec::with_capacity(parts.len());

@@ -1,7 +1,7 @@
 //! Commits and committed offsets of a member: OffsetCommit with the member's generation (or
 //! KIP-848 member epoch), member id and instance id, and OffsetFetch of newly assigned
-//! partitions. The requests are built and read by the admin client's functions
-//! (`admin/groups.rs`: `offset_commit_request`, `offset_commit_results`,
+//! partitions. The requests are built and read by the shared operations
+//! (`ops/offsets.rs`: `offset_commit_request`, `offset_commit_results`,
 //! `offset_fetch_request`, `offset_fetch_results`); this file adds what a member puts in
 //! them and what it does with the answers.
 //!
@@ -281,7 +281,7 @@ pub(crate) fn commit_failed(group_id: &str, code: ErrorCode, message: Option<Str
 /// (KIP-447) when asked and the version has it (v7+): an older coordinator is asked without
 /// it, as Java's `OffsetFetchRequest.Builder` does unless told to throw.
 ///
-/// Errors: those of the admin client's `offset_fetch_request` (none for one group with its
+/// Errors: those of `ops::offsets::offset_fetch_request` (none for one group with its
 /// partitions listed).
 pub(crate) fn fetch_request(
     group_id: &str,

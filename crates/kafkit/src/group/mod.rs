@@ -11,7 +11,7 @@
 //! one waiting loop `Member::during`, revocation, commits), `classic.rs` (JoinGroup / SyncGroup /
 //! Heartbeat: Java `AbstractCoordinator` + `ConsumerCoordinator`), `consumer.rs` (KIP-848
 //! ConsumerGroupHeartbeat: Java `ConsumerMembershipManager`), `commit.rs` (OffsetCommit /
-//! OffsetFetch built by the admin client's functions); the errors are in `error/group.rs`. The
+//! OffsetFetch built by `ops/offsets.rs`); the errors are in `error/group.rs`. The
 //! children import `shared.rs`, never this file (the builder in `config.rs` aside, which builds the
 //! facade).
 //!

@@ -1138,7 +1138,7 @@ mod tests {
         // This library short of one: the classic flow, whatever the broker says.
         assert!(!use_transaction_v2(Some(2), (11, 5, 5), all));
         assert!(!use_transaction_v2(Some(2), (12, 4, 5), all));
-        // The client's version table (conn/versions.rs) allows it.
+        // The client's version table (ops/versions.rs) allows it.
         use crate::conn::versions::client_max_for;
         use kafkit_protocol::messages;
         let ours = (

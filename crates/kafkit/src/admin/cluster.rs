@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 
 use super::Client;
 use super::acls::{AclOperation, operations_from_bits};
-use crate::conn::metadata::Broker;
+use crate::conn::metadata::{Broker, Metadata};
 use crate::error::{Error, Result};
 use crate::ops::{
     ResourceResult, check_distinct, code_result, in_order, unsupported_from, wire_enum,
@@ -547,20 +547,13 @@ pub(crate) fn cluster_metadata_request_for(
 
 /// A [`ClusterDescription`] from a Metadata response (the fallback).
 pub(crate) fn cluster_from_metadata(resp: MetadataResponse) -> ClusterDescription {
+    let authorized_operations = operations_from_bits(resp.cluster_authorized_operations);
+    let md = Metadata::from(resp);
     ClusterDescription {
-        cluster_id: resp.cluster_id,
-        controller_id: Some(resp.controller_id).filter(|c| *c >= 0),
-        brokers: resp
-            .brokers
-            .into_iter()
-            .map(|b| Broker {
-                node_id: b.node_id,
-                host: b.host,
-                port: b.port,
-                rack: b.rack,
-            })
-            .collect(),
-        authorized_operations: operations_from_bits(resp.cluster_authorized_operations),
+        cluster_id: md.cluster_id,
+        controller_id: Some(md.controller_id).filter(|c| *c >= 0),
+        brokers: md.brokers,
+        authorized_operations,
         fenced_brokers: Vec::new(),
     }
 }

@@ -11,7 +11,7 @@ use kafkit_protocol::messages::{
 
 use super::Client;
 use super::acls::{AclOperation, operations_from_bits};
-use crate::conn::metadata::PartitionMetadata;
+use crate::conn::metadata::{PartitionMetadata, topic_from};
 use crate::error::{Error, Result};
 use crate::ops::topics::{
     CreatedTopic, NewTopic, check_new_topics, create_topics_request, create_topics_results,
@@ -338,31 +338,16 @@ pub(crate) fn describe_topics_results(
     resp: MetadataResponse,
 ) -> Vec<(String, ResourceResult<TopicDescription>)> {
     let answers = resp.topics.into_iter().map(|t| {
-        let name = t.name.unwrap_or_default();
-        let result = code_result("Metadata", t.error_code, None).map(|()| {
-            let mut partitions: Vec<PartitionMetadata> = t
-                .partitions
-                .into_iter()
-                .map(|p| PartitionMetadata {
-                    partition: p.partition_index,
-                    error_code: p.error_code,
-                    leader_id: p.leader_id,
-                    leader_epoch: p.leader_epoch,
-                    replicas: p.replica_nodes,
-                    isr: p.isr_nodes,
-                    offline_replicas: p.offline_replicas,
-                })
-                .collect();
-            partitions.sort_by_key(|p| p.partition);
-            TopicDescription {
-                name: name.clone(),
-                topic_id: t.topic_id,
-                is_internal: t.is_internal,
-                partitions,
-                authorized_operations: operations_from_bits(t.topic_authorized_operations),
-            }
+        let authorized_operations = operations_from_bits(t.topic_authorized_operations);
+        let t = topic_from(t);
+        let result = code_result("Metadata", t.error_code, None).map(|()| TopicDescription {
+            name: t.name.clone(),
+            topic_id: t.topic_id,
+            is_internal: t.is_internal,
+            partitions: t.partitions,
+            authorized_operations,
         });
-        (name, result)
+        (t.name, result)
     });
     in_order("Metadata", names, answers)
 }

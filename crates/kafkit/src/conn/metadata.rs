@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use kafkit_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponseTopic};
 use kafkit_protocol::messages::{MetadataRequest, MetadataResponse, metadata_request};
 use kafkit_protocol::{ErrorCode, Uuid};
 
@@ -123,49 +124,56 @@ impl Metadata {
     }
 }
 
+/// The one conversion of a Metadata answer, used by the connection, the transport's cache and
+/// the admin client. What it drops (the authorized operations of KIP-430) the admin client reads
+/// from the answer before converting it.
 impl From<MetadataResponse> for Metadata {
     fn from(resp: MetadataResponse) -> Self {
         Metadata {
-            brokers: resp
-                .brokers
-                .into_iter()
-                .map(|b| Broker {
-                    node_id: b.node_id,
-                    host: b.host,
-                    port: b.port,
-                    rack: b.rack,
-                })
-                .collect(),
+            brokers: resp.brokers.into_iter().map(broker_from).collect(),
             cluster_id: resp.cluster_id,
             controller_id: resp.controller_id,
             topics: resp
                 .topics
                 .into_iter()
-                .map(|t| {
-                    let mut partitions: Vec<PartitionMetadata> = t
-                        .partitions
-                        .into_iter()
-                        .map(|p| PartitionMetadata {
-                            partition: p.partition_index,
-                            error_code: p.error_code,
-                            leader_id: p.leader_id,
-                            leader_epoch: p.leader_epoch,
-                            replicas: p.replica_nodes,
-                            isr: p.isr_nodes,
-                            offline_replicas: p.offline_replicas,
-                        })
-                        .collect();
-                    partitions.sort_by_key(|p| p.partition);
-                    Arc::new(TopicMetadata {
-                        name: t.name.unwrap_or_default(),
-                        topic_id: t.topic_id,
-                        error_code: t.error_code,
-                        is_internal: t.is_internal,
-                        partitions,
-                    })
-                })
+                .map(|t| Arc::new(topic_from(t)))
                 .collect(),
         }
+    }
+}
+
+/// One broker of a Metadata answer.
+fn broker_from(b: MetadataResponseBroker) -> Broker {
+    Broker {
+        node_id: b.node_id,
+        host: b.host,
+        port: b.port,
+        rack: b.rack,
+    }
+}
+
+/// One topic of a Metadata answer, its partitions sorted by index.
+pub(crate) fn topic_from(t: MetadataResponseTopic) -> TopicMetadata {
+    let mut partitions: Vec<PartitionMetadata> = t
+        .partitions
+        .into_iter()
+        .map(|p| PartitionMetadata {
+            partition: p.partition_index,
+            error_code: p.error_code,
+            leader_id: p.leader_id,
+            leader_epoch: p.leader_epoch,
+            replicas: p.replica_nodes,
+            isr: p.isr_nodes,
+            offline_replicas: p.offline_replicas,
+        })
+        .collect();
+    partitions.sort_by_key(|p| p.partition);
+    TopicMetadata {
+        name: t.name.unwrap_or_default(),
+        topic_id: t.topic_id,
+        error_code: t.error_code,
+        is_internal: t.is_internal,
+        partitions,
     }
 }
 

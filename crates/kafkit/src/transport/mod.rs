@@ -35,9 +35,9 @@ use crate::ops::topics::is_valid_topic_name;
 use crate::time::millis;
 
 pub(crate) use self::cache::LeaderHint;
-pub(crate) use self::retry::{Backoff, Retry};
+pub(crate) use self::retry::{Backoff, RetryClock};
 pub use self::route::Routed;
-pub(crate) use self::route::{SendOptions, Target};
+pub(crate) use self::route::{Route, SendOptions};
 
 use self::cache::MetadataCache;
 use self::pool::Pool;
@@ -1319,20 +1319,20 @@ impl Transport {
 
     /// A retry clock for `operation` with this transport's backoff and
     /// `default_api_timeout` deadline.
-    pub(crate) fn retry(&self, operation: &'static str) -> Retry {
+    pub(crate) fn retry(&self, operation: &'static str) -> RetryClock {
         self.retry_within(operation, self.inner.config.api_timeout_ms)
     }
 
     /// A retry clock for `operation` with a deadline `timeout_ms` from now.
-    pub(crate) fn retry_within(&self, operation: &'static str, timeout_ms: u64) -> Retry {
-        Retry::new(operation, timeout_ms, self.inner.config.backoff)
+    pub(crate) fn retry_within(&self, operation: &'static str, timeout_ms: u64) -> RetryClock {
+        RetryClock::new(operation, timeout_ms, self.inner.config.backoff)
     }
 
     /// Sends `req` to broker `node` on its `kind` connection: waits out a throttle first,
     /// uses the highest common version (capped by `opts.max_version`), records the response's
     /// `throttle_time_ms`, and notes connection failures. One attempt, no retry, no deadline
     /// of its own (the connection's request timeout applies; wrap it in
-    /// [`Retry::attempt`]). Error codes inside the response are data, not `Err`.
+    /// [`RetryClock::attempt`]). Error codes inside the response are data, not `Err`.
     ///
     /// Errors: those of [`Transport::conn`] and [`Conn::request_at`].
     pub(crate) async fn send_to<R: Request>(
@@ -1493,8 +1493,8 @@ impl Transport {
 
     /// Reacts to `code` from a request routed to `target`: drops a wrong coordinator,
     /// invalidates stale metadata.
-    pub(crate) fn on_error_code(&self, target: &Target, code: ErrorCode) {
-        if let Target::Coordinator(kt, key) = target
+    pub(crate) fn on_error_code(&self, target: &Route, code: ErrorCode) {
+        if let Route::Coordinator(kt, key) = target
             && meta::drops_coordinator(code)
         {
             self.invalidate_coordinator(*kt, key);
@@ -1522,7 +1522,7 @@ impl Transport {
             max_version,
             ..SendOptions::default()
         };
-        let target = Target::Coordinator(key_type, key.to_owned());
+        let target = Route::Coordinator(key_type, key.to_owned());
         self.route_simple(req, target, opts, meta::no_items, millis(timeout))
             .await
     }
@@ -1543,7 +1543,7 @@ impl Transport {
             max_version,
             ..SendOptions::default()
         };
-        let target = Target::Coordinator(CoordinatorType::Group, req.group_id.clone());
+        let target = Route::Coordinator(CoordinatorType::Group, req.group_id.clone());
         self.route_simple(
             req,
             target,
@@ -1560,7 +1560,7 @@ impl Transport {
     pub(crate) async fn route_simple<R: Request>(
         &self,
         req: &R,
-        target: Target,
+        target: Route,
         opts: SendOptions,
         items: fn(&R::Response) -> Option<ErrorCode>,
         timeout_ms: u64,
@@ -1571,14 +1571,14 @@ impl Transport {
             let attempt = retry
                 .attempt(async {
                     let (node, kind) = match &target {
-                        Target::Any => (self.any_node_once().await?, ConnKind::Admin),
-                        Target::Controller => (self.controller_node_once().await?, ConnKind::Admin),
-                        Target::Coordinator(kt, key) => {
+                        Route::Any => (self.any_node_once().await?, ConnKind::Admin),
+                        Route::Controller => (self.controller_node_once().await?, ConnKind::Admin),
+                        Route::Coordinator(kt, key) => {
                             (self.coordinator_once(*kt, key).await?, ConnKind::Group)
                         }
                     };
                     let r = self.send_to(node, kind, req, opts).await;
-                    if let (Err(e), Target::Coordinator(kt, key)) = (&r, &target)
+                    if let (Err(e), Route::Coordinator(kt, key)) = (&r, &target)
                         && matches!(e, Error::Connect { .. } | Error::ConnectionClosed { .. })
                     {
                         // The coordinator may have moved with its broker.

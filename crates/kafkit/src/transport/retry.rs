@@ -45,7 +45,7 @@ fn random_u64() -> u64 {
 /// backoff before the next one. Used by [`crate::Transport::round_trip`] and by the split
 /// routes (`transport/split*.rs`).
 #[derive(Debug)]
-pub(crate) struct Retry {
+pub(crate) struct RetryClock {
     operation: &'static str,
     deadline: Instant,
     timeout_ms: u64,
@@ -53,10 +53,10 @@ pub(crate) struct Retry {
     backoff: Backoff,
 }
 
-impl Retry {
+impl RetryClock {
     /// Starts the clock now: the operation must finish within `timeout_ms`.
-    pub(crate) fn new(operation: &'static str, timeout_ms: u64, backoff: Backoff) -> Retry {
-        Retry {
+    pub(crate) fn new(operation: &'static str, timeout_ms: u64, backoff: Backoff) -> RetryClock {
+        RetryClock {
             operation,
             deadline: crate::time::deadline_after(Duration::from_millis(timeout_ms)),
             timeout_ms,
@@ -140,7 +140,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn backoff_gives_up_at_the_deadline_with_the_last_cause() {
-        let mut r = Retry::new(
+        let mut r = RetryClock::new(
             "JoinGroup",
             1_000,
             Backoff {

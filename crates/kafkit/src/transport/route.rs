@@ -13,7 +13,7 @@ use crate::error::Result;
 
 /// Where a simple route sends its request.
 #[derive(Debug, Clone)]
-pub(crate) enum Target {
+pub(crate) enum Route {
     /// Any broker (the least recently failed, rotating).
     Any,
     /// The controller from metadata, any broker when unknown (KRaft brokers forward).
@@ -81,7 +81,7 @@ macro_rules! given_or {
 }
 
 /// Implements [`Routed`] for simple routes: `Type => target_fn` where `target_fn(&req)`
-/// returns the [`Target`] and the optional version cap; then, optionally, `wait = f` (how long
+/// returns the [`Route`] and the optional version cap; then, optionally, `wait = f` (how long
 /// the broker may hold the request, when it is not the request's `timeout_ms`) and `items = f`
 /// (the per-item error that applies to the whole request, see [`meta::whole_error`]).
 macro_rules! simple_routes {
@@ -91,7 +91,7 @@ macro_rules! simple_routes {
             impl Routed for m::$ty {
                 async fn route(t: &Transport, req: Self, timeout_ms: u64) -> Result<Self::Response> {
                     #[allow(clippy::redundant_closure_call)]
-                    let (target, max_version): (Target, Option<i16>) = ($target)(&req);
+                    let (target, max_version): (Route, Option<i16>) = ($target)(&req);
                     let wait: fn(&Self) -> Duration = given_or!(broker_wait $(, $wait)?);
                     let items: fn(&Self::Response) -> Option<ErrorCode> =
                         given_or!(no_items $(, $items)?);
@@ -103,7 +103,7 @@ macro_rules! simple_routes {
 
         /// Every simple route: (API, the schema's routing, where a default request goes).
         #[cfg(test)]
-        fn simple_route_table() -> Vec<(kafkit_protocol::ApiKey, kafkit_protocol::Routing, Target)> {
+        fn simple_route_table() -> Vec<(kafkit_protocol::ApiKey, kafkit_protocol::Routing, Route)> {
             vec![$({
                 #[allow(clippy::redundant_closure_call)]
                 let (target, _) = ($target)(&m::$ty::default());
@@ -132,33 +132,33 @@ fn join_group_wait(r: &m::JoinGroupRequest) -> Duration {
     wait_ms(r.rebalance_timeout_ms.max(r.session_timeout_ms))
 }
 
-fn any<R>(_: &R) -> (Target, Option<i16>) {
-    (Target::Any, None)
+fn any<R>(_: &R) -> (Route, Option<i16>) {
+    (Route::Any, None)
 }
 
-fn controller<R>(_: &R) -> (Target, Option<i16>) {
-    (Target::Controller, None)
+fn controller<R>(_: &R) -> (Route, Option<i16>) {
+    (Route::Controller, None)
 }
 
 /// An OffsetCommit goes to the group's coordinator; from v10 it names topics by id only
 /// (KIP-848), so a request with a topic whose id is not filled in goes at v9 at most (Java's
 /// `OffsetCommitRequest.Builder.forTopicNames`, which its admin client uses).
-fn offset_commit_target(r: &m::OffsetCommitRequest) -> (Target, Option<i16>) {
+fn offset_commit_target(r: &m::OffsetCommitRequest) -> (Route, Option<i16>) {
     let (target, _) = group(&r.group_id);
     let by_name = r.topics.iter().any(|t| t.topic_id.is_zero());
     (target, by_name.then_some(9))
 }
 
-fn group(id: &str) -> (Target, Option<i16>) {
+fn group(id: &str) -> (Route, Option<i16>) {
     (
-        Target::Coordinator(CoordinatorType::Group, id.to_owned()),
+        Route::Coordinator(CoordinatorType::Group, id.to_owned()),
         None,
     )
 }
 
-fn txn(id: &str) -> (Target, Option<i16>) {
+fn txn(id: &str) -> (Route, Option<i16>) {
     (
-        Target::Coordinator(CoordinatorType::Transaction, id.to_owned()),
+        Route::Coordinator(CoordinatorType::Transaction, id.to_owned()),
         None,
     )
 }
@@ -213,7 +213,7 @@ simple_routes! {
     // The transaction coordinator.
     InitProducerIdRequest => |r: &m::InitProducerIdRequest| match r.transactional_id.as_deref() {
         Some(id) if !id.is_empty() => txn(id),
-        _ => (Target::Any, None),
+        _ => (Route::Any, None),
     };
     // Versions 4+ are the brokers' batched form (KIP-890); a client sends 0-3.
     AddPartitionsToTxnRequest => |r: &m::AddPartitionsToTxnRequest| {
@@ -284,11 +284,11 @@ mod tests {
                 other => panic!("unexpected simple route {other:?}"),
             };
             let got = match target {
-                Target::Any => "any",
-                Target::Controller => "controller",
-                Target::Coordinator(CoordinatorType::Group, _) => "group",
-                Target::Coordinator(CoordinatorType::Transaction, _) => "txn",
-                Target::Coordinator(CoordinatorType::Share, _) => "share",
+                Route::Any => "any",
+                Route::Controller => "controller",
+                Route::Coordinator(CoordinatorType::Group, _) => "group",
+                Route::Coordinator(CoordinatorType::Transaction, _) => "txn",
+                Route::Coordinator(CoordinatorType::Share, _) => "share",
             };
             assert_eq!(got, expected, "{api:?}");
         }

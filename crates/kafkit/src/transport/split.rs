@@ -1,7 +1,7 @@
 //! Split and merge: requests whose parts belong to different brokers (issue 6).
 //!
 //! A split request is a list of *items* (a topic-partition with its data, a group, a config
-//! resource) plus top-level fields (acks, timeouts, flags). Each item has a [`Target`]: the leader
+//! resource) plus top-level fields (acks, timeouts, flags). Each item has a [`Route`]: the leader
 //! of its partition (from the metadata cache), the coordinator of its group (FindCoordinator,
 //! cached), the broker it names, or any broker. One round of the driver ([`run`]):
 //!
@@ -46,7 +46,7 @@ use tokio::time::Instant;
 
 use kafkit_protocol::messages as m;
 
-use super::retry::Retry as RetryClock;
+use super::retry::RetryClock;
 use super::route::sealed;
 use super::{ConnKind, CoordinatorType, Routed, SendOptions, Transport};
 use crate::conn::metadata::{Metadata, TopicMetadata};
@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 
 /// Where one item of a split request must be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Target<'a> {
+pub(crate) enum Route<'a> {
     /// The leader of `topic`/`partition`, from the metadata cache.
     Leader {
         /// The topic name.
@@ -73,7 +73,7 @@ pub(crate) enum Target<'a> {
 
 /// What to do with an item whose answer carried an error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Retry {
+pub(crate) enum ItemRetry {
     /// Final: the answer goes to the caller.
     No,
     /// Retry after the backoff, routing as before.
@@ -116,24 +116,26 @@ impl Failure {
 /// - `COORDINATOR_LOAD_IN_PROGRESS`, `REQUEST_TIMED_OUT`: same broker, after a backoff.
 ///
 /// Everything else is final.
-pub(crate) fn default_retry(code: ErrorCode) -> Retry {
+pub(crate) fn default_retry(code: ErrorCode) -> ItemRetry {
     match code {
         ErrorCode::NOT_LEADER_OR_FOLLOWER
         | ErrorCode::LEADER_NOT_AVAILABLE
-        | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION => Retry::RefreshMetadata,
+        | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION => ItemRetry::RefreshMetadata,
         ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE => {
-            Retry::RefreshCoordinator
+            ItemRetry::RefreshCoordinator
         }
-        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS | ErrorCode::REQUEST_TIMED_OUT => Retry::Backoff,
-        _ => Retry::No,
+        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS | ErrorCode::REQUEST_TIMED_OUT => {
+            ItemRetry::Backoff
+        }
+        _ => ItemRetry::No,
     }
 }
 
 /// The retry policy of the coordinator-routed APIs (DescribeGroups, OffsetFetch): the coordinator
 /// codes and `REQUEST_TIMED_OUT` of [`default_retry`]; partition codes in a group's answer are final.
-pub(crate) fn coordinator_retry(code: ErrorCode) -> Retry {
+pub(crate) fn coordinator_retry(code: ErrorCode) -> ItemRetry {
     match default_retry(code) {
-        Retry::RefreshMetadata => Retry::No,
+        ItemRetry::RefreshMetadata => ItemRetry::No,
         r => r,
     }
 }
@@ -141,10 +143,10 @@ pub(crate) fn coordinator_retry(code: ErrorCode) -> Retry {
 /// The retry policy of resources answered by a broker itself (DescribeConfigs): only
 /// `REQUEST_TIMED_OUT`. A resource's `UNKNOWN_TOPIC_OR_PARTITION` means the topic does not exist
 /// (no leader is involved), so it is final.
-pub(crate) fn resource_retry(code: ErrorCode) -> Retry {
+pub(crate) fn resource_retry(code: ErrorCode) -> ItemRetry {
     match code {
-        ErrorCode::REQUEST_TIMED_OUT => Retry::Backoff,
-        _ => Retry::No,
+        ErrorCode::REQUEST_TIMED_OUT => ItemRetry::Backoff,
+        _ => ItemRetry::No,
     }
 }
 
@@ -169,7 +171,7 @@ pub(crate) trait SplitApi: Request {
     fn split(self) -> (Self, Vec<Self::Item>);
 
     /// Where `item` goes.
-    fn target(item: &Self::Item) -> Target<'_>;
+    fn target(item: &Self::Item) -> Route<'_>;
 
     /// The most items one request may carry at `version` (OffsetFetch below v8: one group).
     fn max_items(_version: i16) -> usize {
@@ -203,7 +205,7 @@ pub(crate) trait SplitApi: Request {
     fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer;
 
     /// Whether and how an item whose answer carried `code` is retried.
-    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> Retry {
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
         default_retry(code)
     }
 
@@ -685,7 +687,7 @@ impl<'t, R: SplitApi> Split<'t, R> {
     fn answer_repeats(&mut self) {
         let mut seen: HashSet<(&str, i32)> = HashSet::new();
         for (i, item) in self.items.iter().enumerate() {
-            if let Target::Leader { topic, partition } = R::target(item)
+            if let Route::Leader { topic, partition } = R::target(item)
                 && !seen.insert((topic, partition))
             {
                 self.states[i] = State::Done(R::failed(item, ErrorCode::INVALID_REQUEST));
@@ -718,7 +720,7 @@ impl<'t, R: SplitApi> Split<'t, R> {
         let needs_metadata = pending.iter().any(|&i| {
             matches!(
                 R::target(&self.items[i]),
-                Target::Leader { .. } | Target::AnyBroker | Target::Broker(_)
+                Route::Leader { .. } | Route::AnyBroker | Route::Broker(_)
             )
         });
         if !needs_metadata {
@@ -727,7 +729,7 @@ impl<'t, R: SplitApi> Split<'t, R> {
         let mut topics: Vec<&str> = Vec::new();
         let mut seen: HashSet<&str> = HashSet::new();
         for &i in pending {
-            if let Target::Leader { topic, .. } = R::target(&self.items[i])
+            if let Route::Leader { topic, .. } = R::target(&self.items[i])
                 && seen.insert(topic)
             {
                 topics.push(topic);
@@ -752,7 +754,7 @@ impl<'t, R: SplitApi> Split<'t, R> {
         let mut coordinators: HashMap<(CoordinatorType, String), Result<i32, ErrorCode>> =
             HashMap::new();
         for &i in pending {
-            if let Target::Coordinator(kind, key) = R::target(&self.items[i]) {
+            if let Route::Coordinator(kind, key) = R::target(&self.items[i]) {
                 let id = (kind, key.to_owned());
                 if coordinators.contains_key(&id) {
                     continue;
@@ -796,21 +798,21 @@ impl<'t, R: SplitApi> Split<'t, R> {
             .and_then(|md| self.t.broker_order(md).first().copied());
         let index = metadata.as_deref().map(topic_index);
         plan(pending, |i| match R::target(&self.items[i]) {
-            Target::Leader { topic, partition } => match (metadata, &index) {
+            Route::Leader { topic, partition } => match (metadata, &index) {
                 (Some(md), Some(index)) => leader_in(md, index.get(topic).copied(), partition),
                 _ => Err(ErrorCode::NETWORK_EXCEPTION),
             },
-            Target::Coordinator(kind, key) => routes
+            Route::Coordinator(kind, key) => routes
                 .coordinators
                 .get(&(kind, key.to_owned()))
                 .copied()
                 .unwrap_or(Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)),
-            Target::Broker(id) => match metadata {
+            Route::Broker(id) => match metadata {
                 Some(md) if md.broker(id).is_some() => Ok(id),
                 Some(_) => Err(ErrorCode::BROKER_NOT_AVAILABLE),
                 None => Err(ErrorCode::NETWORK_EXCEPTION),
             },
-            Target::AnyBroker => any_node.ok_or(ErrorCode::NETWORK_EXCEPTION),
+            Route::AnyBroker => any_node.ok_or(ErrorCode::NETWORK_EXCEPTION),
         })
     }
 
@@ -822,31 +824,31 @@ impl<'t, R: SplitApi> Split<'t, R> {
             let item = &self.items[i];
             let retry = match code {
                 // Only a stale cache can be wrong about a partition that does not exist.
-                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION if self.metadata_fresh => Retry::No,
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION if self.metadata_fresh => ItemRetry::No,
                 // A broker that a fresh Metadata does not list is not coming back soon.
-                ErrorCode::BROKER_NOT_AVAILABLE if self.metadata_fresh => Retry::No,
+                ErrorCode::BROKER_NOT_AVAILABLE if self.metadata_fresh => ItemRetry::No,
                 ErrorCode::NETWORK_EXCEPTION | ErrorCode::BROKER_NOT_AVAILABLE => {
-                    Retry::RefreshMetadata
+                    ItemRetry::RefreshMetadata
                 }
-                ErrorCode::REQUEST_TIMED_OUT => Retry::Backoff,
+                ErrorCode::REQUEST_TIMED_OUT => ItemRetry::Backoff,
                 c => R::retry(&self.template, item, c),
             };
             match retry {
-                Retry::No => {
+                ItemRetry::No => {
                     self.answered_any = true;
                     self.states[i] = State::Done(R::failed(item, code));
                 }
-                Retry::RefreshMetadata => {
+                ItemRetry::RefreshMetadata => {
                     refresh_metadata = true;
                     self.states[i] = State::Pending { last: code };
                 }
-                Retry::RefreshCoordinator => {
-                    if let Target::Coordinator(kind, key) = R::target(item) {
+                ItemRetry::RefreshCoordinator => {
+                    if let Route::Coordinator(kind, key) = R::target(item) {
                         self.t.invalidate_coordinator(kind, key);
                     }
                     self.states[i] = State::Pending { last: code };
                 }
-                Retry::Backoff => self.states[i] = State::Pending { last: code },
+                ItemRetry::Backoff => self.states[i] = State::Pending { last: code },
             }
         }
         refresh_metadata
@@ -958,7 +960,7 @@ impl<'t, R: SplitApi> Split<'t, R> {
                 code,
                 retriable,
             );
-            if retriable && matches!(R::target(&self.items[i]), Target::Coordinator(..)) {
+            if retriable && matches!(R::target(&self.items[i]), Route::Coordinator(..)) {
                 follow.refresh_coordinators.push(i);
             }
         }
@@ -973,7 +975,7 @@ impl<'t, R: SplitApi> Split<'t, R> {
     /// Forgets the coordinators and marks the metadata stale as the round's answers asked.
     fn refresh(&mut self, follow: Followup) {
         for i in follow.refresh_coordinators {
-            if let Target::Coordinator(kind, key) = R::target(&self.items[i]) {
+            if let Route::Coordinator(kind, key) = R::target(&self.items[i]) {
                 self.t.invalidate_coordinator(kind, key);
             }
         }
@@ -986,7 +988,7 @@ impl<'t, R: SplitApi> Split<'t, R> {
         let mut topics: Vec<&str> = Vec::new();
         for &i in &follow.stale_items {
             match R::target(&self.items[i]) {
-                Target::Leader { topic, .. } => {
+                Route::Leader { topic, .. } => {
                     if !topics.contains(&topic) {
                         topics.push(topic);
                     }
@@ -1083,15 +1085,15 @@ fn settle<R: SplitApi>(
             continue;
         }
         match R::retry(template, item, code) {
-            Retry::No => states[i] = State::Done(answer),
-            Retry::Backoff => states[i] = State::Pending { last: code },
-            Retry::RefreshMetadata => {
+            ItemRetry::No => states[i] = State::Done(answer),
+            ItemRetry::Backoff => states[i] = State::Pending { last: code },
+            ItemRetry::RefreshMetadata => {
                 if !hint(item, &answer) {
                     follow.stale_items.push(i);
                 }
                 states[i] = State::Pending { last: code };
             }
-            Retry::RefreshCoordinator => {
+            ItemRetry::RefreshCoordinator => {
                 follow.refresh_coordinators.push(i);
                 states[i] = State::Pending { last: code };
             }

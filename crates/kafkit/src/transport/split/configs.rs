@@ -13,7 +13,7 @@ use kafkit_protocol::messages::describe_configs_request::DescribeConfigsResource
 use kafkit_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafkit_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 
-use super::{Retry, SplitApi, Target, key_hash, match_keyed, resource_retry};
+use super::{ItemRetry, Route, SplitApi, key_hash, match_keyed, resource_retry};
 use crate::transport::ConnKind;
 
 /// ConfigResource type `BROKER`.
@@ -22,12 +22,12 @@ pub(crate) const RESOURCE_BROKER: i8 = 4;
 pub(crate) const RESOURCE_BROKER_LOGGER: i8 = 8;
 
 /// Where a config resource is answered.
-pub(crate) fn resource_target(resource_type: i8, resource_name: &str) -> Target<'static> {
+pub(crate) fn resource_target(resource_type: i8, resource_name: &str) -> Route<'static> {
     match resource_type {
         RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => resource_name
             .parse::<i32>()
-            .map_or(Target::AnyBroker, Target::Broker),
-        _ => Target::AnyBroker,
+            .map_or(Route::AnyBroker, Route::Broker),
+        _ => Route::AnyBroker,
     }
 }
 
@@ -42,7 +42,7 @@ impl SplitApi for DescribeConfigsRequest {
         (self, resources)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
+    fn target(item: &Self::Item) -> Route<'_> {
         resource_target(item.resource_type, &item.resource_name)
     }
 
@@ -81,7 +81,7 @@ impl SplitApi for DescribeConfigsRequest {
             .with_error_code(code)
     }
 
-    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> Retry {
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
         resource_retry(code)
     }
 
@@ -103,19 +103,19 @@ mod tests {
 
     #[test]
     fn broker_resources_go_to_their_broker_and_the_rest_anywhere() {
-        assert_eq!(resource_target(RESOURCE_BROKER, "2"), Target::Broker(2));
+        assert_eq!(resource_target(RESOURCE_BROKER, "2"), Route::Broker(2));
         assert_eq!(
             resource_target(RESOURCE_BROKER_LOGGER, "3"),
-            Target::Broker(3)
+            Route::Broker(3)
         );
         // Cluster-wide broker defaults: any broker.
-        assert_eq!(resource_target(RESOURCE_BROKER, ""), Target::AnyBroker);
+        assert_eq!(resource_target(RESOURCE_BROKER, ""), Route::AnyBroker);
         assert_eq!(
             resource_target(RESOURCE_BROKER, "not-a-node"),
-            Target::AnyBroker
+            Route::AnyBroker
         );
-        assert_eq!(resource_target(2, "orders"), Target::AnyBroker);
-        assert_eq!(resource_target(32, "group"), Target::AnyBroker);
+        assert_eq!(resource_target(2, "orders"), Route::AnyBroker);
+        assert_eq!(resource_target(32, "group"), Route::AnyBroker);
     }
 
     #[test]

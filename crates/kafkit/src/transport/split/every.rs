@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use super::classify;
 use crate::error::{Error, Result};
-use crate::transport::{ConnKind, Retry, SendOptions, Transport};
+use crate::transport::{ConnKind, RetryClock, SendOptions, Transport};
 
 /// A request answered by every broker, whose answers are merged.
 pub(crate) trait EveryBroker: Request + Clone {
@@ -98,7 +98,7 @@ async fn ask_one<R: EveryBroker>(
     t: &Transport,
     node: i32,
     req: &R,
-    mut retry: Retry,
+    mut retry: RetryClock,
 ) -> Result<R::Response> {
     let api = R::API_KEY.name();
     loop {

@@ -45,9 +45,7 @@ use kafkit_protocol::messages::{
 };
 
 use super::every::EveryBroker;
-use super::{
-    Failure, Retry as ItemRetry, SplitApi, Target, coordinator_retry, key_hash, match_keyed,
-};
+use super::{Failure, ItemRetry, Route, SplitApi, coordinator_retry, key_hash, match_keyed};
 use crate::transport::{ConnKind, CoordinatorType};
 
 impl SplitApi for DescribeGroupsRequest {
@@ -62,8 +60,8 @@ impl SplitApi for DescribeGroupsRequest {
         (self, groups)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Coordinator(CoordinatorType::Group, item)
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Coordinator(CoordinatorType::Group, item)
     }
 
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
@@ -166,8 +164,8 @@ impl SplitApi for OffsetFetchRequest {
         (self, items)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Coordinator(CoordinatorType::Group, &item.group.group_id)
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Coordinator(CoordinatorType::Group, &item.group.group_id)
     }
 
     fn max_items(version: i16) -> usize {
@@ -323,8 +321,8 @@ impl SplitApi for DeleteGroupsRequest {
         (self, groups)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Coordinator(CoordinatorType::Group, item)
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Coordinator(CoordinatorType::Group, item)
     }
 
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
@@ -398,8 +396,8 @@ macro_rules! describe_by_coordinator {
                 (self, groups)
             }
 
-            fn target(item: &Self::Item) -> Target<'_> {
-                Target::Coordinator(CoordinatorType::Group, item)
+            fn target(item: &Self::Item) -> Route<'_> {
+                Route::Coordinator(CoordinatorType::Group, item)
             }
 
             fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
@@ -480,8 +478,8 @@ impl SplitApi for DescribeTransactionsRequest {
         (self, ids)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Coordinator(CoordinatorType::Transaction, item)
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Coordinator(CoordinatorType::Transaction, item)
     }
 
     fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {

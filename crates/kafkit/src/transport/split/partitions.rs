@@ -34,8 +34,8 @@ use kafkit_protocol::messages::{
 };
 
 use super::{
-    PartItem, Retry, SplitApi, Target, build_topics, default_retry, match_partitions, merge_topics,
-    split_topics,
+    ItemRetry, PartItem, Route, SplitApi, build_topics, default_retry, match_partitions,
+    merge_topics, split_topics,
 };
 use crate::transport::ConnKind;
 
@@ -54,8 +54,8 @@ impl SplitApi for ListOffsetsRequest {
         (self, items)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Leader {
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Leader {
             topic: &item.topic,
             partition: item.part.partition_index,
         }
@@ -96,9 +96,9 @@ impl SplitApi for ListOffsetsRequest {
             .with_error_code(code)
     }
 
-    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> Retry {
+    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
         match code {
-            OFFSET_NOT_AVAILABLE => Retry::Backoff,
+            OFFSET_NOT_AVAILABLE => ItemRetry::Backoff,
             c => default_retry(c),
         }
     }
@@ -131,8 +131,8 @@ impl SplitApi for DeleteRecordsRequest {
         (self, items)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Leader {
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Leader {
             topic: &item.topic,
             partition: item.part.partition_index,
         }
@@ -206,8 +206,8 @@ impl SplitApi for OffsetForLeaderEpochRequest {
         (self, items)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Leader {
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Leader {
             topic: &item.topic,
             partition: item.part.partition,
         }
@@ -277,8 +277,8 @@ impl SplitApi for DescribeProducersRequest {
         (self, items)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Leader {
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Leader {
             topic: &item.topic,
             partition: item.part,
         }

@@ -34,7 +34,7 @@ use kafkit_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafkit_protocol::records::BATCH_HEADER_SIZE;
 
 use super::{
-    Failure, PartItem, Retry, SplitApi, Target, build_topics, default_retry, match_partitions,
+    Failure, ItemRetry, PartItem, Route, SplitApi, build_topics, default_retry, match_partitions,
     merge_topics, split_topics,
 };
 use crate::conn::produce::PRODUCE_BY_NAME_MAX;
@@ -109,8 +109,8 @@ impl SplitApi for ProduceRequest {
         Some(PRODUCE_BY_NAME_MAX)
     }
 
-    fn target(item: &Self::Item) -> Target<'_> {
-        Target::Leader {
+    fn target(item: &Self::Item) -> Route<'_> {
+        Route::Leader {
             topic: &item.topic,
             partition: item.part.index,
         }
@@ -161,21 +161,21 @@ impl SplitApi for ProduceRequest {
             .with_base_offset(-1)
     }
 
-    fn retry(_template: &Self, item: &Self::Item, code: ErrorCode) -> Retry {
+    fn retry(_template: &Self, item: &Self::Item, code: ErrorCode) -> ItemRetry {
         if is_idempotent(item.part.records.as_ref()) {
             match code {
                 ErrorCode::NOT_ENOUGH_REPLICAS | ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND => {
-                    Retry::Backoff
+                    ItemRetry::Backoff
                 }
                 c => default_retry(c),
             }
         } else if not_written(code) {
             match code {
-                ErrorCode::NOT_ENOUGH_REPLICAS => Retry::Backoff,
-                _ => Retry::RefreshMetadata,
+                ErrorCode::NOT_ENOUGH_REPLICAS => ItemRetry::Backoff,
+                _ => ItemRetry::RefreshMetadata,
             }
         } else {
-            Retry::No
+            ItemRetry::No
         }
     }
 
@@ -298,28 +298,28 @@ mod tests {
         ] {
             assert_eq!(
                 ProduceRequest::retry(&req, &plain, code),
-                Retry::RefreshMetadata
+                ItemRetry::RefreshMetadata
             );
             assert_eq!(
                 ProduceRequest::retry(&req, &idem, code),
-                Retry::RefreshMetadata
+                ItemRetry::RefreshMetadata
             );
         }
         assert_eq!(
             ProduceRequest::retry(&req, &plain, ErrorCode::REQUEST_TIMED_OUT),
-            Retry::No
+            ItemRetry::No
         );
         assert_eq!(
             ProduceRequest::retry(&req, &idem, ErrorCode::REQUEST_TIMED_OUT),
-            Retry::Backoff
+            ItemRetry::Backoff
         );
         assert_eq!(
             ProduceRequest::retry(&req, &plain, ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND),
-            Retry::No
+            ItemRetry::No
         );
         assert_eq!(
             ProduceRequest::retry(&req, &plain, ErrorCode::MESSAGE_TOO_LARGE),
-            Retry::No
+            ItemRetry::No
         );
         assert!(ProduceRequest::retry_failure(
             &req,

@@ -157,7 +157,7 @@ fn split_groups_items_per_leader_in_the_callers_order() {
     assert_eq!(template.acks, -1);
     let pending: Vec<usize> = (0..items.len()).collect();
     let plan = plan(&pending, |i| match ProduceRequest::target(&items[i]) {
-        Target::Leader { topic, partition } => leader_node(&md, topic, partition),
+        Route::Leader { topic, partition } => leader_node(&md, topic, partition),
         _ => unreachable!("produce items go to leaders"),
     });
     // Items: 0=b/1(1) 1=b/0(3) 2=a/2(3) 3=a/0(1) 4=a/1(2) 5=a/3(none)
@@ -206,7 +206,7 @@ fn merge_keeps_the_callers_order_and_fills_unanswered_items() {
     let (template, items) = produce(&[("b", &[1, 0]), ("a", &[2, 0, 1, 3])]).split();
     let pending: Vec<usize> = (0..items.len()).collect();
     let plan = plan(&pending, |i| match ProduceRequest::target(&items[i]) {
-        Target::Leader { topic, partition } => leader_node(&md, topic, partition),
+        Route::Leader { topic, partition } => leader_node(&md, topic, partition),
         _ => unreachable!(),
     });
     let mut states: Vec<State<PartitionProduceResponse>> = (0..items.len())
@@ -351,21 +351,24 @@ fn failures_map_to_network_exception_or_request_timed_out() {
 #[test]
 fn default_retry_table() {
     for (code, want) in [
-        (ErrorCode::NOT_LEADER_OR_FOLLOWER, Retry::RefreshMetadata),
-        (ErrorCode::LEADER_NOT_AVAILABLE, Retry::RefreshMetadata),
+        (
+            ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            ItemRetry::RefreshMetadata,
+        ),
+        (ErrorCode::LEADER_NOT_AVAILABLE, ItemRetry::RefreshMetadata),
         (
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-            Retry::RefreshMetadata,
+            ItemRetry::RefreshMetadata,
         ),
-        (ErrorCode::NOT_COORDINATOR, Retry::RefreshCoordinator),
+        (ErrorCode::NOT_COORDINATOR, ItemRetry::RefreshCoordinator),
         (
             ErrorCode::COORDINATOR_NOT_AVAILABLE,
-            Retry::RefreshCoordinator,
+            ItemRetry::RefreshCoordinator,
         ),
-        (ErrorCode::COORDINATOR_LOAD_IN_PROGRESS, Retry::Backoff),
-        (ErrorCode::REQUEST_TIMED_OUT, Retry::Backoff),
-        (ErrorCode::TOPIC_AUTHORIZATION_FAILED, Retry::No),
-        (ErrorCode::UNKNOWN_SERVER_ERROR, Retry::No),
+        (ErrorCode::COORDINATOR_LOAD_IN_PROGRESS, ItemRetry::Backoff),
+        (ErrorCode::REQUEST_TIMED_OUT, ItemRetry::Backoff),
+        (ErrorCode::TOPIC_AUTHORIZATION_FAILED, ItemRetry::No),
+        (ErrorCode::UNKNOWN_SERVER_ERROR, ItemRetry::No),
     ] {
         assert_eq!(default_retry(code), want, "{code}");
     }
@@ -377,21 +380,24 @@ fn group_and_resource_apis_do_not_retry_partition_codes() {
     // moved leader: retrying could only wait for the deadline.
     assert_eq!(
         coordinator_retry(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-        Retry::No
+        ItemRetry::No
     );
     assert_eq!(
         coordinator_retry(ErrorCode::NOT_COORDINATOR),
-        Retry::RefreshCoordinator
+        ItemRetry::RefreshCoordinator
     );
     assert_eq!(
         coordinator_retry(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS),
-        Retry::Backoff
+        ItemRetry::Backoff
     );
     assert_eq!(
         resource_retry(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-        Retry::No
+        ItemRetry::No
     );
-    assert_eq!(resource_retry(ErrorCode::REQUEST_TIMED_OUT), Retry::Backoff);
+    assert_eq!(
+        resource_retry(ErrorCode::REQUEST_TIMED_OUT),
+        ItemRetry::Backoff
+    );
 }
 
 #[test]

@@ -400,33 +400,55 @@ pub(crate) fn offset_fetch_results(
     groups: &[&ListGroupOffsets],
     resp: OffsetFetchResponse,
 ) -> Vec<(String, ResourceResult<CommittedOffsets>)> {
-    // (group id, group error, partitions) as answered.
-    let mut answered: Vec<(String, ErrorCode, CommittedOffsets)> = Vec::new();
+    // By group id, first answer wins (a scan per group was quadratic for thousands of groups).
+    let mut by_group: HashMap<String, (ErrorCode, CommittedOffsets)> = HashMap::new();
+    for (id, code, parts) in answered_groups(groups, resp) {
+        by_group.entry(id).or_insert((code, parts));
+    }
+    groups
+        .iter()
+        .map(|g| {
+            let answered = by_group.remove(&g.group_id);
+            (g.group_id.clone(), group_result(g, answered))
+        })
+        .collect()
+}
+
+/// The groups of an OffsetFetch answer as `(group id, group error, partitions)`, from either
+/// shape: `groups` from v8, or below v8 the top-level `error_code` and `topics` of the one
+/// group asked about (the first of `groups`).
+fn answered_groups(
+    groups: &[&ListGroupOffsets],
+    resp: OffsetFetchResponse,
+) -> Vec<(String, ErrorCode, CommittedOffsets)> {
     if resp.groups.is_empty() {
         // Pre-v8 shape: one group, the one asked about.
-        if let Some(g) = groups.first() {
-            let parts = resp
-                .topics
-                .into_iter()
-                .flat_map(|t| {
-                    let name = t.name;
-                    t.partitions.into_iter().map(move |p| {
-                        (
-                            (name.clone(), p.partition_index),
-                            committed(
-                                p.committed_offset,
-                                p.committed_leader_epoch,
-                                p.metadata,
-                                p.error_code,
-                            ),
-                        )
-                    })
+        let Some(g) = groups.first() else {
+            return Vec::new();
+        };
+        let parts = resp
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions.into_iter().map(move |p| {
+                    (
+                        (name.clone(), p.partition_index),
+                        committed(
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata,
+                            p.error_code,
+                        ),
+                    )
                 })
-                .collect();
-            answered.push((g.group_id.clone(), resp.error_code, parts));
-        }
-    } else {
-        for g in resp.groups {
+            })
+            .collect();
+        return vec![(g.group_id.clone(), resp.error_code, parts)];
+    }
+    resp.groups
+        .into_iter()
+        .map(|g| {
             let parts = g
                 .topics
                 .into_iter()
@@ -445,43 +467,35 @@ pub(crate) fn offset_fetch_results(
                     })
                 })
                 .collect();
-            answered.push((g.group_id, g.error_code, parts));
-        }
-    }
-    // By group id, first answer wins (a scan per group was quadratic for thousands of groups).
-    let mut by_group: HashMap<String, (ErrorCode, CommittedOffsets)> = HashMap::new();
-    for (id, code, parts) in answered {
-        by_group.entry(id).or_insert((code, parts));
-    }
-    groups
-        .iter()
-        .map(|g| {
-            let Some((code, parts)) = by_group.remove(&g.group_id) else {
-                return (g.group_id.clone(), Err(missing("OffsetFetch", &g.group_id)));
-            };
-            let group_id = g.group_id.clone();
-            if let Err(e) = code_result("OffsetFetch", code, None) {
-                return (group_id, Err(e));
-            }
-            let partitions = match &g.partitions {
-                None => parts,
-                Some(asked) => {
-                    // By key, not a scan per partition: a group may ask for thousands.
-                    let mut parts: HashMap<(String, i32), _> = parts.into_iter().rev().collect();
-                    asked
-                        .iter()
-                        .map(|tp| {
-                            let r = parts
-                                .remove(tp)
-                                .unwrap_or_else(|| Err(missing("OffsetFetch", tp)));
-                            (tp.clone(), r)
-                        })
-                        .collect()
-                }
-            };
-            (group_id, Ok(partitions))
+            (g.group_id, g.error_code, parts)
         })
         .collect()
+}
+
+/// The result for group `g` from its `answered` entry: the group's error code fails it whole;
+/// else its partitions, in the caller's order when it listed them.
+fn group_result(
+    g: &ListGroupOffsets,
+    answered: Option<(ErrorCode, CommittedOffsets)>,
+) -> ResourceResult<CommittedOffsets> {
+    let Some((code, parts)) = answered else {
+        return Err(missing("OffsetFetch", &g.group_id));
+    };
+    code_result("OffsetFetch", code, None)?;
+    let Some(asked) = &g.partitions else {
+        return Ok(parts);
+    };
+    // By key, not a scan per partition: a group may ask for thousands.
+    let mut parts: HashMap<(String, i32), _> = parts.into_iter().rev().collect();
+    Ok(asked
+        .iter()
+        .map(|tp| {
+            let r = parts
+                .remove(tp)
+                .unwrap_or_else(|| Err(missing("OffsetFetch", tp)));
+            (tp.clone(), r)
+        })
+        .collect())
 }
 
 /// Builds an OffsetCommit request that commits `offsets` for `group_id` as an admin: generation

@@ -785,37 +785,9 @@ impl Transport {
             .cached_metadata()
             .filter(|_| !self.inner.bootstrap_next.swap(false, Ordering::AcqRel));
         if let Some(md) = known {
-            for node in self.broker_order(&md) {
-                let Some(addr) = md.broker(node).map(crate::Broker::addr) else {
-                    continue;
-                };
-                let attempt = async {
-                    let conn = self.conn_at(node, ConnKind::Admin, &addr).await?;
-                    self.wait_throttle(node).await;
-                    let (req, version) = metadata_request(&conn, &names)?;
-                    let resp = self
-                        .request_on(node, &conn, &req, version, Duration::ZERO)
-                        .await?;
-                    crate::conn::metadata::top_level_error(conn.addr(), &resp)?;
-                    Ok::<_, Error>(Metadata::from(resp))
-                };
-                let e = match attempt.await {
-                    Ok(md) => return Ok(md),
-                    Err(e) => e,
-                };
-                match after_metadata_error(self.inner.config.recovery, &e) {
-                    AfterMetadataError::Rebootstrap => {
-                        // note_failure rebootstraps; go to the bootstrap addresses now.
-                        self.note_failure(node, &e);
-                        last_err = Some(e);
-                        break;
-                    }
-                    AfterMetadataError::NextBroker => {
-                        self.note_failure(node, &e);
-                        last_err = Some(e);
-                    }
-                    AfterMetadataError::Fail => return Err(e),
-                }
+            match self.metadata_from_known(&md, &names).await? {
+                KnownBrokers::Answered(md) => return Ok(md),
+                KnownBrokers::NoneAnswered(e) => last_err = e,
             }
             if self.inner.config.recovery == MetadataRecoveryStrategy::None
                 && let Some(e) = last_err
@@ -830,6 +802,63 @@ impl Transport {
             }
         }
         // No broker known, or none answered: (re)bootstrap.
+        self.metadata_from_bootstrap(&names, last_err).await
+    }
+
+    /// Asks the brokers of `md` for metadata in [`Transport::broker_order`] until one answers.
+    /// A broker that fails is noted ([`Transport::note_failure`]) and the next one asked; one
+    /// whose failure calls for a rebootstrap ends the round.
+    ///
+    /// Errors: a failure no other broker can help with ([`AfterMetadataError::Fail`]).
+    async fn metadata_from_known(&self, md: &Metadata, names: &[&str]) -> Result<KnownBrokers> {
+        let mut last_err = None;
+        for node in self.broker_order(md) {
+            let Some(addr) = md.broker(node).map(crate::conn::metadata::Broker::addr) else {
+                continue;
+            };
+            let e = match self.metadata_from_node(node, &addr, names).await {
+                Ok(md) => return Ok(KnownBrokers::Answered(md)),
+                Err(e) => e,
+            };
+            match after_metadata_error(self.inner.config.recovery, &e) {
+                AfterMetadataError::Rebootstrap => {
+                    // note_failure rebootstraps; go to the bootstrap addresses now.
+                    self.note_failure(node, &e);
+                    last_err = Some(e);
+                    break;
+                }
+                AfterMetadataError::NextBroker => {
+                    self.note_failure(node, &e);
+                    last_err = Some(e);
+                }
+                AfterMetadataError::Fail => return Err(e),
+            }
+        }
+        Ok(KnownBrokers::NoneAnswered(last_err))
+    }
+
+    /// One Metadata request for `names` to broker `node` at `addr`, on its Admin connection.
+    async fn metadata_from_node(&self, node: i32, addr: &str, names: &[&str]) -> Result<Metadata> {
+        let conn = self.conn_at(node, ConnKind::Admin, addr).await?;
+        self.wait_throttle(node).await;
+        let (req, version) = metadata_request(&conn, names)?;
+        let resp = self
+            .request_on(node, &conn, &req, version, Duration::ZERO)
+            .await?;
+        crate::conn::metadata::top_level_error(conn.addr(), &resp)?;
+        Ok(Metadata::from(resp))
+    }
+
+    /// Asks the first bootstrap address that can be dialled for metadata, and keeps its
+    /// connection where it can serve again ([`Transport::keep_bootstrap_conn`]).
+    ///
+    /// Errors: the metadata request's; when no bootstrap address can be dialled, `last_err`
+    /// (the known brokers' last failure) if the dial failure is retriable, else the dial's.
+    async fn metadata_from_bootstrap(
+        &self,
+        names: &[&str],
+        last_err: Option<Error>,
+    ) -> Result<Metadata> {
         let (addr, conn) =
             match bootstrap::dial_first(&self.inner.dialer, &self.inner.bootstrap).await {
                 Ok(c) => c,
@@ -839,9 +868,15 @@ impl Transport {
                 }
             };
         self.note_versions(&conn);
-        let result = conn.metadata(Some(&names)).await;
-        // Keep the bootstrap connection as the Admin connection of the broker it reached, when
-        // that broker advertises the same address; otherwise count its requests under -1.
+        let result = conn.metadata(Some(names)).await;
+        self.keep_bootstrap_conn(&addr, conn, &result);
+        result
+    }
+
+    /// Keeps the bootstrap connection `conn` (dialled to `addr`) as the Admin connection of the
+    /// broker it reached, when that broker advertises the same address in `result` and has no
+    /// pooled Admin connection; otherwise closes it and counts its requests under -1.
+    fn keep_bootstrap_conn(&self, addr: &str, conn: Conn, result: &Result<Metadata>) {
         let node = result
             .as_ref()
             .ok()
@@ -862,7 +897,6 @@ impl Transport {
                 self.inner.pool.retire(node.unwrap_or(-1), &conn);
             }
         }
-        result
     }
 
     /// Says at WARN that no bootstrap address could be dialled, at most once per
@@ -1609,6 +1643,15 @@ impl Transport {
             retry.backoff(err).await?;
         }
     }
+}
+
+/// What asking the known brokers for metadata came to
+/// ([`Transport::metadata_from_known`]).
+enum KnownBrokers {
+    /// One answered.
+    Answered(Metadata),
+    /// None answered: the last failure, `None` when no broker could be tried.
+    NoneAnswered(Option<Error>),
 }
 
 /// What [`Transport::fetch_metadata`] does after a known broker's Metadata attempt failed.

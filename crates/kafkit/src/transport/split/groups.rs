@@ -48,68 +48,91 @@ use super::every::EveryBroker;
 use super::{Failure, ItemRetry, Route, SplitApi, coordinator_retry, key_hash, match_keyed};
 use crate::transport::{ConnKind, CoordinatorType};
 
-impl SplitApi for DescribeGroupsRequest {
-    /// The group id.
-    type Item = String;
-    type Answer = DescribedGroup;
-    type Extra = ();
-    const CONN: ConnKind = ConnKind::Admin;
+/// Implements [`SplitApi`] for an API keyed by id and sent to each id's coordinator: the
+/// request's `ids` list is split one item per id, each item goes to the `$coordinator`
+/// coordinator of its id, and the response's `answers` list is matched back by the answers'
+/// `key` field. Coordinator errors are retried ([`coordinator_retry`]); further trait items
+/// (e.g. `retry_failure`) follow the answer key.
+macro_rules! by_coordinator {
+    (
+        $req:ident => $resp:ident, $coordinator:ident,
+        ids: $ids:ident,
+        answers: $answers:ident of $answer:ty, keyed by $key:ident;
+        $($more:item)*
+    ) => {
+        impl SplitApi for $req {
+            /// The id (group id or transactional id).
+            type Item = String;
+            type Answer = $answer;
+            type Extra = ();
+            const CONN: ConnKind = ConnKind::Admin;
 
-    fn split(mut self) -> (Self, Vec<Self::Item>) {
-        let groups = std::mem::take(&mut self.groups);
-        (self, groups)
-    }
+            fn split(mut self) -> (Self, Vec<Self::Item>) {
+                let ids = std::mem::take(&mut self.$ids);
+                (self, ids)
+            }
 
-    fn target(item: &Self::Item) -> Route<'_> {
-        Route::Coordinator(CoordinatorType::Group, item)
-    }
+            fn target(item: &Self::Item) -> Route<'_> {
+                Route::Coordinator(CoordinatorType::$coordinator, item)
+            }
 
-    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = template.clone();
-        req.groups = items.iter().map(|g| (*g).clone()).collect();
-        req
-    }
+            fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
+                let mut req = template.clone();
+                req.$ids = items.iter().map(|id| (*id).clone()).collect();
+                req
+            }
 
-    fn answers(
-        resp: DescribeGroupsResponse,
-        items: &[&Self::Item],
-        _version: i16,
-        _extra: &mut (),
-    ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_keyed(
-            items,
-            resp.groups,
-            |g: &String| key_hash(g),
-            |a: &DescribedGroup| key_hash(&a.group_id),
-            |g: &String, a: &DescribedGroup| *g == a.group_id,
-        );
-        (answers, resp.throttle_time_ms)
-    }
+            fn answers(
+                resp: $resp,
+                items: &[&Self::Item],
+                _version: i16,
+                _extra: &mut (),
+            ) -> (Vec<Option<Self::Answer>>, i32) {
+                let answers = match_keyed(
+                    items,
+                    resp.$answers,
+                    |id: &String| key_hash(id),
+                    |a: &Self::Answer| key_hash(&a.$key),
+                    |id: &String, a: &Self::Answer| *id == a.$key,
+                );
+                (answers, resp.throttle_time_ms)
+            }
 
-    fn error_code(answer: &Self::Answer) -> ErrorCode {
-        answer.error_code
-    }
+            fn error_code(answer: &Self::Answer) -> ErrorCode {
+                answer.error_code
+            }
 
-    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        DescribedGroup::default()
-            .with_group_id(item.clone())
-            .with_error_code(code)
-    }
+            fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
+                let mut answer = <$answer>::default();
+                answer.$key = item.clone();
+                answer.error_code = code;
+                answer
+            }
 
-    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
-        coordinator_retry(code)
-    }
+            fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
+                coordinator_retry(code)
+            }
 
-    fn merge(
-        _template: Self,
-        answers: Vec<(Self::Item, Self::Answer)>,
-        throttle_time_ms: i32,
-        _extra: (),
-    ) -> DescribeGroupsResponse {
-        DescribeGroupsResponse::default()
-            .with_throttle_time_ms(throttle_time_ms)
-            .with_groups(answers.into_iter().map(|(_, a)| a).collect())
-    }
+            $($more)*
+
+            fn merge(
+                _template: Self,
+                answers: Vec<(Self::Item, Self::Answer)>,
+                throttle_time_ms: i32,
+                _extra: (),
+            ) -> $resp {
+                let mut resp = $resp::default().with_throttle_time_ms(throttle_time_ms);
+                resp.$answers = answers.into_iter().map(|(_, a)| a).collect();
+                resp
+            }
+        }
+    };
+}
+
+by_coordinator! {
+    DescribeGroupsRequest => DescribeGroupsResponse, Group,
+    ids: groups,
+    answers: groups of DescribedGroup, keyed by group_id;
 }
 
 /// One group of an OffsetFetch request.
@@ -309,57 +332,10 @@ fn partition_to_single(p: OffsetFetchResponsePartitions) -> OffsetFetchResponseP
         .with_error_code(p.error_code)
 }
 
-impl SplitApi for DeleteGroupsRequest {
-    /// The group id.
-    type Item = String;
-    type Answer = DeletableGroupResult;
-    type Extra = ();
-    const CONN: ConnKind = ConnKind::Admin;
-
-    fn split(mut self) -> (Self, Vec<Self::Item>) {
-        let groups = std::mem::take(&mut self.groups_names);
-        (self, groups)
-    }
-
-    fn target(item: &Self::Item) -> Route<'_> {
-        Route::Coordinator(CoordinatorType::Group, item)
-    }
-
-    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = template.clone();
-        req.groups_names = items.iter().map(|g| (*g).clone()).collect();
-        req
-    }
-
-    fn answers(
-        resp: DeleteGroupsResponse,
-        items: &[&Self::Item],
-        _version: i16,
-        _extra: &mut (),
-    ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_keyed(
-            items,
-            resp.results,
-            |g: &String| key_hash(g),
-            |a: &DeletableGroupResult| key_hash(&a.group_id),
-            |g: &String, a: &DeletableGroupResult| *g == a.group_id,
-        );
-        (answers, resp.throttle_time_ms)
-    }
-
-    fn error_code(answer: &Self::Answer) -> ErrorCode {
-        answer.error_code
-    }
-
-    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        DeletableGroupResult::default()
-            .with_group_id(item.clone())
-            .with_error_code(code)
-    }
-
-    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
-        coordinator_retry(code)
-    }
+by_coordinator! {
+    DeleteGroupsRequest => DeleteGroupsResponse, Group,
+    ids: groups_names,
+    answers: results of DeletableGroupResult, keyed by group_id;
 
     /// A deletion whose answer was lost may have happened: asking again would report
     /// `GROUP_ID_NOT_FOUND` for a group that was just deleted, so only a request that was never
@@ -367,167 +343,31 @@ impl SplitApi for DeleteGroupsRequest {
     fn retry_failure(_template: &Self, _item: &Self::Item, failure: Failure) -> bool {
         failure == Failure::NotSent
     }
-
-    fn merge(
-        _template: Self,
-        answers: Vec<(Self::Item, Self::Answer)>,
-        throttle_time_ms: i32,
-        _extra: (),
-    ) -> DeleteGroupsResponse {
-        DeleteGroupsResponse::default()
-            .with_throttle_time_ms(throttle_time_ms)
-            .with_results(answers.into_iter().map(|(_, a)| a).collect())
-    }
 }
 
-/// Implements [`SplitApi`] for a KIP-848-style group describe request (`group_ids` in, `groups`
-/// out, matched by `group_id`): groups per coordinator, like DescribeGroups.
-macro_rules! describe_by_coordinator {
-    ($req:ident, $resp:ident, $module:ident) => {
-        impl SplitApi for $req {
-            /// The group id.
-            type Item = String;
-            type Answer = $module::DescribedGroup;
-            type Extra = ();
-            const CONN: ConnKind = ConnKind::Admin;
-
-            fn split(mut self) -> (Self, Vec<Self::Item>) {
-                let groups = std::mem::take(&mut self.group_ids);
-                (self, groups)
-            }
-
-            fn target(item: &Self::Item) -> Route<'_> {
-                Route::Coordinator(CoordinatorType::Group, item)
-            }
-
-            fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-                let mut req = template.clone();
-                req.group_ids = items.iter().map(|g| (*g).clone()).collect();
-                req
-            }
-
-            fn answers(
-                resp: $resp,
-                items: &[&Self::Item],
-                _version: i16,
-                _extra: &mut (),
-            ) -> (Vec<Option<Self::Answer>>, i32) {
-                let answers = match_keyed(
-                    items,
-                    resp.groups,
-                    |g: &String| key_hash(g),
-                    |a: &Self::Answer| key_hash(&a.group_id),
-                    |g: &String, a: &Self::Answer| *g == a.group_id,
-                );
-                (answers, resp.throttle_time_ms)
-            }
-
-            fn error_code(answer: &Self::Answer) -> ErrorCode {
-                answer.error_code
-            }
-
-            fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-                $module::DescribedGroup::default()
-                    .with_group_id(item.clone())
-                    .with_error_code(code)
-            }
-
-            fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
-                coordinator_retry(code)
-            }
-
-            fn merge(
-                _template: Self,
-                answers: Vec<(Self::Item, Self::Answer)>,
-                throttle_time_ms: i32,
-                _extra: (),
-            ) -> $resp {
-                $resp::default()
-                    .with_throttle_time_ms(throttle_time_ms)
-                    .with_groups(answers.into_iter().map(|(_, a)| a).collect())
-            }
-        }
-    };
+// The KIP-848-style group describe requests: `group_ids` in, `groups` out, like DescribeGroups.
+by_coordinator! {
+    ConsumerGroupDescribeRequest => ConsumerGroupDescribeResponse, Group,
+    ids: group_ids,
+    answers: groups of consumer_group_describe_response::DescribedGroup, keyed by group_id;
 }
 
-describe_by_coordinator!(
-    ConsumerGroupDescribeRequest,
-    ConsumerGroupDescribeResponse,
-    consumer_group_describe_response
-);
-describe_by_coordinator!(
-    ShareGroupDescribeRequest,
-    ShareGroupDescribeResponse,
-    share_group_describe_response
-);
-describe_by_coordinator!(
-    StreamsGroupDescribeRequest,
-    StreamsGroupDescribeResponse,
-    streams_group_describe_response
-);
+by_coordinator! {
+    ShareGroupDescribeRequest => ShareGroupDescribeResponse, Group,
+    ids: group_ids,
+    answers: groups of share_group_describe_response::DescribedGroup, keyed by group_id;
+}
 
-impl SplitApi for DescribeTransactionsRequest {
-    /// The transactional id.
-    type Item = String;
-    type Answer = TransactionState;
-    type Extra = ();
-    const CONN: ConnKind = ConnKind::Admin;
+by_coordinator! {
+    StreamsGroupDescribeRequest => StreamsGroupDescribeResponse, Group,
+    ids: group_ids,
+    answers: groups of streams_group_describe_response::DescribedGroup, keyed by group_id;
+}
 
-    fn split(mut self) -> (Self, Vec<Self::Item>) {
-        let ids = std::mem::take(&mut self.transactional_ids);
-        (self, ids)
-    }
-
-    fn target(item: &Self::Item) -> Route<'_> {
-        Route::Coordinator(CoordinatorType::Transaction, item)
-    }
-
-    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = template.clone();
-        req.transactional_ids = items.iter().map(|g| (*g).clone()).collect();
-        req
-    }
-
-    fn answers(
-        resp: DescribeTransactionsResponse,
-        items: &[&Self::Item],
-        _version: i16,
-        _extra: &mut (),
-    ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_keyed(
-            items,
-            resp.transaction_states,
-            |id: &String| key_hash(id),
-            |a: &TransactionState| key_hash(&a.transactional_id),
-            |id: &String, a: &TransactionState| *id == a.transactional_id,
-        );
-        (answers, resp.throttle_time_ms)
-    }
-
-    fn error_code(answer: &Self::Answer) -> ErrorCode {
-        answer.error_code
-    }
-
-    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        TransactionState::default()
-            .with_transactional_id(item.clone())
-            .with_error_code(code)
-    }
-
-    fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
-        coordinator_retry(code)
-    }
-
-    fn merge(
-        _template: Self,
-        answers: Vec<(Self::Item, Self::Answer)>,
-        throttle_time_ms: i32,
-        _extra: (),
-    ) -> DescribeTransactionsResponse {
-        DescribeTransactionsResponse::default()
-            .with_throttle_time_ms(throttle_time_ms)
-            .with_transaction_states(answers.into_iter().map(|(_, a)| a).collect())
-    }
+by_coordinator! {
+    DescribeTransactionsRequest => DescribeTransactionsResponse, Transaction,
+    ids: transactional_ids,
+    answers: transaction_states of TransactionState, keyed by transactional_id;
 }
 
 impl EveryBroker for ListGroupsRequest {

@@ -42,59 +42,114 @@ use crate::transport::ConnKind;
 /// `OFFSET_NOT_AVAILABLE` (78): a new leader does not know its high watermark yet.
 const OFFSET_NOT_AVAILABLE: ErrorCode = ErrorCode(78);
 
-impl SplitApi for ListOffsetsRequest {
-    type Item = PartItem<ListOffsetsPartition>;
-    type Answer = ListOffsetsPartitionResponse;
-    type Extra = ();
-    const CONN: ConnKind = ConnKind::Admin;
+/// Implements [`SplitApi`] for a partition-led API: the request's `topics` are split one item
+/// per partition, each item goes to its partition's leader, and the response's `topics` are
+/// matched back by topic name and partition index. The request and response topics differ per
+/// API only in their types and field names, given here; `index` reads a request partition's
+/// index. An item that fails gets an answer with its index, the error code, and the `failed`
+/// fields given. Retries follow [`default_retry`] unless a `retry` item says otherwise; further
+/// trait items follow the `failed` line.
+macro_rules! by_leader {
+    (
+        $req:ident => $resp:ident,
+        request: $topic:ident {
+            $name:ident, $parts:ident: $part:ty, index |$p:ident| $index:expr
+        },
+        answer: $answer_topic:ident {
+            $answer_name:ident, partitions: $answer:ident at $answer_index:ident
+        },
+        failed: { $($field:ident: $value:expr),* };
+        $($more:item)*
+    ) => {
+        impl SplitApi for $req {
+            type Item = PartItem<$part>;
+            type Answer = $answer;
+            type Extra = ();
+            const CONN: ConnKind = ConnKind::Admin;
 
-    fn split(mut self) -> (Self, Vec<Self::Item>) {
-        let topics = std::mem::take(&mut self.topics);
-        let items = split_topics(topics.into_iter().map(|t| (t.name, t.partitions)));
-        (self, items)
-    }
+            fn split(mut self) -> (Self, Vec<Self::Item>) {
+                let topics = std::mem::take(&mut self.topics);
+                let items = split_topics(topics.into_iter().map(|t| (t.$name, t.$parts)));
+                (self, items)
+            }
 
-    fn target(item: &Self::Item) -> Route<'_> {
-        Route::Leader {
-            topic: &item.topic,
-            partition: item.part.partition_index,
+            fn target(item: &Self::Item) -> Route<'_> {
+                let index = |$p: &$part| -> i32 { $index };
+                Route::Leader {
+                    topic: &item.topic,
+                    partition: index(&item.part),
+                }
+            }
+
+            fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
+                let mut req = template.clone();
+                req.topics = build_topics(items, |name, partitions| {
+                    let mut topic = $topic::default();
+                    topic.$name = name;
+                    topic.$parts = partitions;
+                    topic
+                });
+                req
+            }
+
+            fn answers(
+                resp: $resp,
+                items: &[&Self::Item],
+                _version: i16,
+                _extra: &mut (),
+            ) -> (Vec<Option<Self::Answer>>, i32) {
+                let answers = match_partitions(
+                    items,
+                    |$p: &$part| -> i32 { $index },
+                    resp.topics.into_iter().map(|t| (t.$answer_name, t.partitions)),
+                    |a| a.$answer_index,
+                );
+                (answers, resp.throttle_time_ms)
+            }
+
+            fn error_code(answer: &Self::Answer) -> ErrorCode {
+                answer.error_code
+            }
+
+            fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
+                let index = |$p: &$part| -> i32 { $index };
+                let mut answer = $answer::default();
+                answer.$answer_index = index(&item.part);
+                $(answer.$field = $value;)*
+                answer.error_code = code;
+                answer
+            }
+
+            $($more)*
+
+            fn merge(
+                _template: Self,
+                answers: Vec<(Self::Item, Self::Answer)>,
+                throttle_time_ms: i32,
+                _extra: (),
+            ) -> $resp {
+                $resp::default()
+                    .with_throttle_time_ms(throttle_time_ms)
+                    .with_topics(merge_topics(answers, |name, partitions| {
+                        let mut topic = $answer_topic::default();
+                        topic.$answer_name = name;
+                        topic.partitions = partitions;
+                        topic
+                    }))
+            }
         }
-    }
+    };
+}
 
-    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = template.clone();
-        req.topics = build_topics(items, |name, partitions| {
-            ListOffsetsTopic::default()
-                .with_name(name)
-                .with_partitions(partitions)
-        });
-        req
-    }
-
-    fn answers(
-        resp: ListOffsetsResponse,
-        items: &[&Self::Item],
-        _version: i16,
-        _extra: &mut (),
-    ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_partitions(
-            items,
-            |p| p.partition_index,
-            resp.topics.into_iter().map(|t| (t.name, t.partitions)),
-            |a| a.partition_index,
-        );
-        (answers, resp.throttle_time_ms)
-    }
-
-    fn error_code(answer: &Self::Answer) -> ErrorCode {
-        answer.error_code
-    }
-
-    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        ListOffsetsPartitionResponse::default()
-            .with_partition_index(item.part.partition_index)
-            .with_error_code(code)
-    }
+by_leader! {
+    ListOffsetsRequest => ListOffsetsResponse,
+    request: ListOffsetsTopic {
+        name, partitions: ListOffsetsPartition, index |p| p.partition_index
+    },
+    answer: ListOffsetsTopicResponse {
+        name, partitions: ListOffsetsPartitionResponse at partition_index
+    },
+    failed: {};
 
     fn retry(_template: &Self, _item: &Self::Item, code: ErrorCode) -> ItemRetry {
         match code {
@@ -102,235 +157,42 @@ impl SplitApi for ListOffsetsRequest {
             c => default_retry(c),
         }
     }
-
-    fn merge(
-        _template: Self,
-        answers: Vec<(Self::Item, Self::Answer)>,
-        throttle_time_ms: i32,
-        _extra: (),
-    ) -> ListOffsetsResponse {
-        ListOffsetsResponse::default()
-            .with_throttle_time_ms(throttle_time_ms)
-            .with_topics(merge_topics(answers, |name, partitions| {
-                ListOffsetsTopicResponse::default()
-                    .with_name(name)
-                    .with_partitions(partitions)
-            }))
-    }
 }
 
-impl SplitApi for DeleteRecordsRequest {
-    type Item = PartItem<DeleteRecordsPartition>;
-    type Answer = DeleteRecordsPartitionResult;
-    type Extra = ();
-    const CONN: ConnKind = ConnKind::Admin;
-
-    fn split(mut self) -> (Self, Vec<Self::Item>) {
-        let topics = std::mem::take(&mut self.topics);
-        let items = split_topics(topics.into_iter().map(|t| (t.name, t.partitions)));
-        (self, items)
-    }
-
-    fn target(item: &Self::Item) -> Route<'_> {
-        Route::Leader {
-            topic: &item.topic,
-            partition: item.part.partition_index,
-        }
-    }
-
-    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = template.clone();
-        req.topics = build_topics(items, |name, partitions| {
-            DeleteRecordsTopic::default()
-                .with_name(name)
-                .with_partitions(partitions)
-        });
-        req
-    }
-
-    fn answers(
-        resp: DeleteRecordsResponse,
-        items: &[&Self::Item],
-        _version: i16,
-        _extra: &mut (),
-    ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_partitions(
-            items,
-            |p| p.partition_index,
-            resp.topics.into_iter().map(|t| (t.name, t.partitions)),
-            |a| a.partition_index,
-        );
-        (answers, resp.throttle_time_ms)
-    }
-
-    fn error_code(answer: &Self::Answer) -> ErrorCode {
-        answer.error_code
-    }
-
-    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        DeleteRecordsPartitionResult::default()
-            .with_partition_index(item.part.partition_index)
-            .with_low_watermark(-1)
-            .with_error_code(code)
-    }
+by_leader! {
+    DeleteRecordsRequest => DeleteRecordsResponse,
+    request: DeleteRecordsTopic {
+        name, partitions: DeleteRecordsPartition, index |p| p.partition_index
+    },
+    answer: DeleteRecordsTopicResult {
+        name, partitions: DeleteRecordsPartitionResult at partition_index
+    },
+    failed: { low_watermark: -1 };
 
     fn extra_wait(template: &Self) -> std::time::Duration {
         std::time::Duration::from_millis(u64::try_from(template.timeout_ms).unwrap_or(0))
     }
-
-    fn merge(
-        _template: Self,
-        answers: Vec<(Self::Item, Self::Answer)>,
-        throttle_time_ms: i32,
-        _extra: (),
-    ) -> DeleteRecordsResponse {
-        DeleteRecordsResponse::default()
-            .with_throttle_time_ms(throttle_time_ms)
-            .with_topics(merge_topics(answers, |name, partitions| {
-                DeleteRecordsTopicResult::default()
-                    .with_name(name)
-                    .with_partitions(partitions)
-            }))
-    }
 }
 
-impl SplitApi for OffsetForLeaderEpochRequest {
-    type Item = PartItem<OffsetForLeaderPartition>;
-    type Answer = EpochEndOffset;
-    type Extra = ();
-    const CONN: ConnKind = ConnKind::Admin;
-
-    fn split(mut self) -> (Self, Vec<Self::Item>) {
-        let topics = std::mem::take(&mut self.topics);
-        let items = split_topics(topics.into_iter().map(|t| (t.topic, t.partitions)));
-        (self, items)
-    }
-
-    fn target(item: &Self::Item) -> Route<'_> {
-        Route::Leader {
-            topic: &item.topic,
-            partition: item.part.partition,
-        }
-    }
-
-    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = template.clone();
-        req.topics = build_topics(items, |name, partitions| {
-            OffsetForLeaderTopic::default()
-                .with_topic(name)
-                .with_partitions(partitions)
-        });
-        req
-    }
-
-    fn answers(
-        resp: OffsetForLeaderEpochResponse,
-        items: &[&Self::Item],
-        _version: i16,
-        _extra: &mut (),
-    ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_partitions(
-            items,
-            |p| p.partition,
-            resp.topics.into_iter().map(|t| (t.topic, t.partitions)),
-            |a| a.partition,
-        );
-        (answers, resp.throttle_time_ms)
-    }
-
-    fn error_code(answer: &Self::Answer) -> ErrorCode {
-        answer.error_code
-    }
-
-    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        EpochEndOffset::default()
-            .with_partition(item.part.partition)
-            .with_error_code(code)
-    }
-
-    fn merge(
-        _template: Self,
-        answers: Vec<(Self::Item, Self::Answer)>,
-        throttle_time_ms: i32,
-        _extra: (),
-    ) -> OffsetForLeaderEpochResponse {
-        OffsetForLeaderEpochResponse::default()
-            .with_throttle_time_ms(throttle_time_ms)
-            .with_topics(merge_topics(answers, |name, partitions| {
-                OffsetForLeaderTopicResult::default()
-                    .with_topic(name)
-                    .with_partitions(partitions)
-            }))
-    }
+by_leader! {
+    OffsetForLeaderEpochRequest => OffsetForLeaderEpochResponse,
+    request: OffsetForLeaderTopic {
+        topic, partitions: OffsetForLeaderPartition, index |p| p.partition
+    },
+    answer: OffsetForLeaderTopicResult {
+        topic, partitions: EpochEndOffset at partition
+    },
+    failed: {};
 }
 
-impl SplitApi for DescribeProducersRequest {
-    /// The partition index.
-    type Item = PartItem<i32>;
-    type Answer = PartitionResponse;
-    type Extra = ();
-    const CONN: ConnKind = ConnKind::Admin;
-
-    fn split(mut self) -> (Self, Vec<Self::Item>) {
-        let topics = std::mem::take(&mut self.topics);
-        let items = split_topics(topics.into_iter().map(|t| (t.name, t.partition_indexes)));
-        (self, items)
-    }
-
-    fn target(item: &Self::Item) -> Route<'_> {
-        Route::Leader {
-            topic: &item.topic,
-            partition: item.part,
-        }
-    }
-
-    fn build(template: &Self, items: &[&Self::Item], _version: i16) -> Self {
-        let mut req = template.clone();
-        req.topics = build_topics(items, |name, partition_indexes| {
-            TopicRequest::default()
-                .with_name(name)
-                .with_partition_indexes(partition_indexes)
-        });
-        req
-    }
-
-    fn answers(
-        resp: DescribeProducersResponse,
-        items: &[&Self::Item],
-        _version: i16,
-        _extra: &mut (),
-    ) -> (Vec<Option<Self::Answer>>, i32) {
-        let answers = match_partitions(
-            items,
-            |p| *p,
-            resp.topics.into_iter().map(|t| (t.name, t.partitions)),
-            |a| a.partition_index,
-        );
-        (answers, resp.throttle_time_ms)
-    }
-
-    fn error_code(answer: &Self::Answer) -> ErrorCode {
-        answer.error_code
-    }
-
-    fn failed(item: &Self::Item, code: ErrorCode) -> Self::Answer {
-        PartitionResponse::default()
-            .with_partition_index(item.part)
-            .with_error_code(code)
-    }
-
-    fn merge(
-        _template: Self,
-        answers: Vec<(Self::Item, Self::Answer)>,
-        throttle_time_ms: i32,
-        _extra: (),
-    ) -> DescribeProducersResponse {
-        DescribeProducersResponse::default()
-            .with_throttle_time_ms(throttle_time_ms)
-            .with_topics(merge_topics(answers, |name, partitions| {
-                TopicResponse::default()
-                    .with_name(name)
-                    .with_partitions(partitions)
-            }))
-    }
+// The items are the partition indexes themselves.
+by_leader! {
+    DescribeProducersRequest => DescribeProducersResponse,
+    request: TopicRequest {
+        name, partition_indexes: i32, index |p| *p
+    },
+    answer: TopicResponse {
+        name, partitions: PartitionResponse at partition_index
+    },
+    failed: {};
 }

@@ -38,7 +38,7 @@ mod cluster;
 mod configs;
 mod group_describe;
 mod group_members;
-pub(crate) mod groups;
+mod groups;
 mod membership;
 mod offsets;
 mod producers;

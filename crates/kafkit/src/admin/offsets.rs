@@ -1,7 +1,7 @@
 //! Partition offsets: ListOffsets (key 2) across partition leaders, and DeleteRecords (key 21).
 //!
 //! The ListOffsets request builder and answer mapper are shared with [`crate::Conn::list_offsets`]
-//! (in `crate::conn::offsets`); DeleteRecords's are here.
+//! and the reader (in `crate::ops::offsets`); DeleteRecords's are here.
 
 use std::collections::{HashMap, HashSet};
 

@@ -124,9 +124,9 @@ impl Metadata {
     }
 }
 
-/// The one conversion of a Metadata answer, used by the connection, the transport's cache and
-/// the admin client. What it drops (the authorized operations of KIP-430) the admin client reads
-/// from the answer before converting it.
+/// The one conversion of a Metadata answer, used by the connection, the transport, the group
+/// member and the admin client. What it drops (the authorized operations of KIP-430) the admin
+/// client reads from the answer before converting it.
 impl From<MetadataResponse> for Metadata {
     fn from(resp: MetadataResponse) -> Self {
         Metadata {

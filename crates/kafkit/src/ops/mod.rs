@@ -1,10 +1,11 @@
 //! The typed operations more than one client sends, without I/O: their inputs, the request
 //! builders (`<api>_request` builds the request) and the answer readers (`<api>_results` maps
-//! the answer to one result per thing asked, in the caller's order), and the result vocabulary
-//! they share ([`ResourceResult`], [`code_result`], [`in_order`]...).
+//! the answer to one result per thing asked, in the caller's order), the result vocabulary
+//! they share ([`ResourceResult`], [`code_result`], [`in_order`]...), and the table of the
+//! versions this client sends (`versions`).
 //!
-//! The connection ([`crate::Conn`]), the group member, the transactional writer and the admin
-//! client all call these; none of them owns them. This floor may import only `crate::error`,
+//! The connection ([`crate::Conn`]), the reader, the group member, the transactional writer,
+//! `transact` and the admin client all call these; none of them owns them. This floor may import only `crate::error`,
 //! `crate::time` and the leaf crates (`kafkit-protocol`...): never `conn` or anything above it,
 //! so the clients above share one definition of each operation.
 

@@ -178,7 +178,7 @@ impl Client {
                 api: kafkit_protocol::ApiKey::DeleteTopics,
                 ours: kafkit_protocol::VersionRange::new(
                     6,
-                    crate::conn::versions::client_max_for::<DeleteTopicsRequest>(),
+                    crate::ops::versions::client_max_for::<DeleteTopicsRequest>(),
                 ),
                 broker: Some(kafkit_protocol::VersionRange::new(0, version)),
             });

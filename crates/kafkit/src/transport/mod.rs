@@ -1301,7 +1301,7 @@ impl Transport {
                 api: ApiKey::FindCoordinator,
                 ours: kafkit_protocol::VersionRange::new(
                     1,
-                    crate::conn::versions::client_max_for::<FindCoordinatorRequest>(),
+                    crate::ops::versions::client_max_for::<FindCoordinatorRequest>(),
                 ),
                 broker: conn.broker_versions().get(ApiKey::FindCoordinator),
             });

@@ -1,44 +1,75 @@
-//! An async Apache Kafka client modelled on Go's kafka-go.
+//! An async Apache Kafka client: a producer, a consumer, a consumer group member and an admin
+//! client on one cluster connection manager, with Go's kafka-go connections underneath.
 //!
-//! A [`Dialer`] opens a [`Conn`] to one broker. A `Conn` pipelines requests: several callers may
-//! use it at once, up to `max_in_flight_requests_per_connection` requests are on the wire, and
-//! each response is matched to its caller by correlation id. API versions are negotiated when
-//! the connection opens (KIP-35, KIP-511). Its signature method, [`Conn::write_multi`], sends one
-//! Produce request carrying batches for many topics and partitions. Connections can use TLS
+//! What an application uses:
+//! - [`Writer`], the producer: records are batched per partition, and each broker's sender puts
+//!   every ready batch of the partitions it leads, across all topics, into ONE Produce request;
+//!   idempotent by default (KIP-98), with retries, backpressure and per-record outcomes
+//!   ([`DeliveryFuture`], [`WriteErrors`]). A transactional `Writer` (KIP-98) takes transactions
+//!   v2 (KIP-890 part 2) wherever the broker finalizes `transaction.version` 2, and the classic
+//!   flow elsewhere.
+//! - [`Reader`], the consumer of assigned partitions: one Fetch per broker per round, fetch
+//!   sessions (KIP-227), leader epochs (KIP-320), `read_committed`, rack-aware fetching (KIP-392),
+//!   bounded prefetch.
+//! - [`GroupReader`], a consumer group member (classic and KIP-848) on a `Reader`, with the calls
+//!   of Java's `KafkaConsumer` and librdkafka: [`GroupReader::next`] (an inherent async fn; it is
+//!   also a `futures_core::Stream`) or [`GroupReader::next_batch`], [`GroupReader::seek`],
+//!   [`GroupReader::pause`] / [`GroupReader::resume`], [`GroupReader::commit_record`],
+//!   librdkafka's at-least-once [`GroupReader::store_offset`], [`GroupReader::subscribe`] /
+//!   [`GroupReader::unsubscribe`] on a running member.
+//! - [`Client`], the admin client ([`admin`]): topics, configs, ACLs, groups and their offsets,
+//!   quotas, SCRAM users, reassignments, delegation tokens, transactions.
+//! - [`transact`]: consume-transform-produce, exactly once, on a `GroupReader` and a
+//!   transactional `Writer`.
+//!
+//! All of them take a [`Transport`], which manages a whole cluster: bootstrap, a metadata cache,
+//! pooled connections per broker and [`ConnKind`], coordinators, and
+//! [`Transport::round_trip`], which sends any supported request where it belongs and retries what
+//! can be retried until a deadline. [`Properties`] carry Java / librdkafka configuration names
+//! over (`linger.ms`, `security.protocol`, `sasl.jaas.config`...): `from_properties` on
+//! [`DialerBuilder`], [`TransportBuilder`], [`WriterBuilder`], [`ReaderBuilder`] and
+//! [`GroupReaderBuilder`] reads them, as one table ([`properties`]) says.
+//!
+//! ```
+//! use kafkit::admin::NewTopic;
+//! use kafkit::{AutoOffsetReset, Client, GroupReader, ProducerRecord, Reader, Transport, Writer};
+//! use std::time::Duration;
+//!
+//! let record = ProducerRecord::new("orders", "hello").key("k");
+//! assert_eq!(record.topic.as_deref(), Some("orders"));
+//!
+//! # let run = async {
+//! // With a broker at hand (`cargo xtask broker start` listens on 127.0.0.1:19092):
+//! let transport = Transport::builder(["127.0.0.1:19092"]).build()?;
+//! let admin = Client::new(transport.clone());
+//! admin.create_topics(&[NewTopic::new("orders", 3, 1)], false).await?;
+//! let writer = Writer::builder(transport.clone()).linger(Duration::from_millis(5)).build()?;
+//! let written = writer.produce(record).await?;
+//! println!("written at {}/{}@{}", written.topic, written.partition, written.offset);
+//!
+//! let mut member = GroupReader::builder(transport.clone(), "billing")
+//!     .subscribe(["orders"])
+//!     .auto_offset_reset(AutoOffsetReset::Earliest)
+//!     .build()?;
+//! if let Some(record) = member.next().await {
+//!     let record = record?;
+//!     member.commit_record(&record).await?;
+//! }
+//! member.close().await;
+//! let _ = Reader::builder(transport).build()?; // partitions by hand: `Reader::assign`
+//! # Ok::<(), kafkit::Error>(())
+//! # };
+//! # drop(run);
+//! ```
+//!
+//! The low road, for programs that talk to one broker by hand: a [`Dialer`] opens a [`Conn`]. A
+//! `Conn` pipelines requests: several callers may use it at once, up to
+//! `max_in_flight_requests_per_connection` requests are on the wire, and each response is
+//! matched to its caller by correlation id. API versions are negotiated when the connection
+//! opens (KIP-35, KIP-511). Its signature method, [`Conn::write_multi`], sends one Produce
+//! request carrying batches for many topics and partitions. Connections can use TLS
 //! ([`TlsConfig`], rustls) and SASL ([`sasl`] mechanisms: SaslHandshake, SaslAuthenticate,
 //! KIP-368 re-authentication).
-//!
-//! A [`Transport`] manages a whole cluster: bootstrap, a metadata cache, pooled connections per
-//! broker and [`ConnKind`], coordinators, and [`Transport::round_trip`], which sends any
-//! supported request where it belongs and retries what can be retried until a deadline.
-//!
-//! A [`Writer`] is the producer on top of a `Transport`: records are batched per partition, and
-//! every broker's sender puts every ready batch of the partitions it leads, across all topics,
-//! into ONE Produce request; idempotent by default (KIP-98), with retries, backpressure and
-//! per-record outcomes ([`DeliveryFuture`], [`WriteErrors`]).
-//!
-//! A [`GroupReader`] is a consumer group member (classic and KIP-848) with the calls of Java's
-//! `KafkaConsumer` and librdkafka: records with [`GroupReader::next`] (an inherent async fn,
-//! no stream trait to import; it is also a `futures_core::Stream`) or
-//! [`GroupReader::next_batch`], [`GroupReader::seek`], [`GroupReader::pause`] /
-//! [`GroupReader::resume`], [`GroupReader::commit_record`] (offset + 1 and the leader epoch),
-//! librdkafka's at-least-once [`GroupReader::store_offset`] with
-//! [`GroupReaderBuilder::enable_auto_offset_store`] off, and [`GroupReader::subscribe`] /
-//! [`GroupReader::unsubscribe`] on a running member.
-//!
-//! [`Properties`] carry Java / librdkafka configuration names over (`linger.ms`,
-//! `security.protocol`, `sasl.jaas.config`...): `from_properties` on [`TransportBuilder`],
-//! [`WriterBuilder`] and [`ReaderBuilder`] reads them, as one table ([`properties`]) says.
-//!
-//! A transactional `Writer` (KIP-98) takes transactions v2 (KIP-890 part 2: no
-//! AddPartitionsToTxn or AddOffsetsToTxn, an epoch bump at every end) wherever the broker
-//! finalizes `transaction.version` 2, chosen again for each transaction, and the classic flow
-//! elsewhere. Produce v13 and TxnOffsetCommit v6 name topics by id (KIP-516).
-//!
-//! This crate is the one to depend on: it re-exports the crates its API uses ([`protocol`],
-//! [`compress`], [`balancer`], [`group_balancer`], [`sasl`]) and [`Bytes`], and every error
-//! converts into [`Error`], whose [`Error::category`] says how to recover from it (KIP-1050,
-//! [`ErrorCategory`]).
 //!
 //! ```
 //! use kafkit::{Acks, Bytes, Compression, Dialer, ProduceBatches};
@@ -69,7 +100,6 @@
 //! # }
 //!
 //! # let run = async {
-//! // With a broker at hand (see the integration tests):
 //! let conn = dialer.dial("127.0.0.1:9092").await?;
 //! let results = conn.write_multi(&batches, Acks::All, Duration::from_secs(30)).await?;
 //! for r in results {
@@ -80,6 +110,11 @@
 //! # drop(run);
 //! # Ok::<(), kafkit::Error>(())
 //! ```
+//!
+//! This crate is the one to depend on: it re-exports the crates its API uses ([`protocol`],
+//! [`compress`], [`balancer`], [`group_balancer`], [`sasl`]) and [`Bytes`], and every error
+//! converts into [`Error`], whose [`Error::category`] says how to recover from it (KIP-1050,
+//! [`ErrorCategory`]).
 //!
 //! # Cargo features
 //!

@@ -66,95 +66,117 @@ fn code_only(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let mut i = 0;
     while i < b.len() {
-        let c = b[i];
         let next = b.get(i + 1).copied();
-        if c == b'/' && next == Some(b'/') {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
+        i = match (b[i], next) {
+            (b'/', Some(b'/')) => skip_line_comment(b, i),
+            (b'/', Some(b'*')) => skip_block_comment(b, i, &mut out),
+            (b'r', Some(b'"' | b'#')) if !ident_before(b, i) => raw_string(b, i, &mut out),
+            (b'"', _) => string(b, i, &mut out),
+            (b'\'', _) => char_or_lifetime(b, i, &mut out),
+            _ => {
+                let ch = src[i..].chars().next().unwrap_or(' ');
+                out.push(ch);
+                i + ch.len_utf8()
             }
-        } else if c == b'/' && next == Some(b'*') {
-            let mut depth = 0usize;
-            while i < b.len() {
-                if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
-                    depth += 1;
-                    i += 2;
-                } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    if b[i] == b'\n' {
-                        out.push('\n');
-                    }
-                    i += 1;
-                }
-            }
-        } else if c == b'r' && (next == Some(b'"') || next == Some(b'#')) && !ident_before(b, i) {
-            // A raw string: r"..." or r#"..."#, with as many hashes at the end as at the start.
-            let mut j = i + 1;
-            let mut hashes = 0;
-            while b.get(j) == Some(&b'#') {
-                hashes += 1;
-                j += 1;
-            }
-            if b.get(j) != Some(&b'"') {
-                out.push(c as char);
-                i += 1;
-                continue;
-            }
-            j += 1;
-            loop {
-                match b.get(j) {
-                    None => break,
-                    Some(b'"') if b[j + 1..].iter().take(hashes).filter(|&&h| h == b'#').count() == hashes => {
-                        j += 1 + hashes;
-                        break;
-                    }
-                    Some(b'\n') => out.push('\n'),
-                    _ => {}
-                }
-                j += 1;
-            }
-            out.push_str("\"\"");
-            i = j;
-        } else if c == b'"' {
-            i += 1;
-            while i < b.len() && b[i] != b'"' {
-                if b[i] == b'\\' {
-                    i += 1;
-                } else if b[i] == b'\n' {
-                    out.push('\n');
-                }
-                i += 1;
-            }
-            i += 1;
-            out.push_str("\"\"");
-        } else if c == b'\'' {
-            // A character literal ('x', '\n', '\u{1F600}') or a lifetime ('a).
-            if next == Some(b'\\') {
-                i += 2;
-                while i < b.len() && b[i] != b'\'' {
-                    i += 1;
-                }
-                i += 1;
-                out.push_str("' '");
-            } else if b.get(i + 2) == Some(&b'\'') {
-                i += 3;
-                out.push_str("' '");
-            } else {
-                out.push('\'');
-                i += 1;
-            }
-        } else {
-            // Multi-byte UTF-8 sequences are copied byte by byte through `char` boundaries.
-            let ch = src[i..].chars().next().unwrap_or(' ');
-            out.push(ch);
-            i += ch.len_utf8();
-        }
+        };
     }
     out
+}
+
+/// From `//` at `i` to the end of the line (the line break is kept).
+fn skip_line_comment(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && b[i] != b'\n' {
+        i += 1;
+    }
+    i
+}
+
+/// From `/*` at `i` past its (nested) closing `*/`, keeping the line breaks inside.
+fn skip_block_comment(b: &[u8], mut i: usize, out: &mut String) -> usize {
+    let mut depth = 0usize;
+    while i < b.len() {
+        if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+            depth += 1;
+            i += 2;
+        } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                break;
+            }
+        } else {
+            if b[i] == b'\n' {
+                out.push('\n');
+            }
+            i += 1;
+        }
+    }
+    i
+}
+
+/// A raw string at `i` (`r"..."` or `r#"..."#`, as many hashes at the end as at the start),
+/// written as `""`; an `r` that starts no raw string is copied.
+fn raw_string(b: &[u8], i: usize, out: &mut String) -> usize {
+    let mut j = i + 1;
+    let mut hashes = 0;
+    while b.get(j) == Some(&b'#') {
+        hashes += 1;
+        j += 1;
+    }
+    if b.get(j) != Some(&b'"') {
+        out.push('r');
+        return i + 1;
+    }
+    j += 1;
+    while j < b.len() {
+        let closes =
+            b[j] == b'"' && b[j + 1..].iter().take_while(|&&h| h == b'#').count() >= hashes;
+        if closes {
+            j += 1 + hashes;
+            break;
+        }
+        if b[j] == b'\n' {
+            out.push('\n');
+        }
+        j += 1;
+    }
+    out.push_str("\"\"");
+    j
+}
+
+/// A string literal at `i`, written as `""` (line breaks inside kept).
+fn string(b: &[u8], mut i: usize, out: &mut String) -> usize {
+    i += 1;
+    while i < b.len() && b[i] != b'"' {
+        if b[i] == b'\\' {
+            i += 1;
+        } else if b[i] == b'\n' {
+            out.push('\n');
+        }
+        i += 1;
+    }
+    out.push_str("\"\"");
+    i + 1
+}
+
+/// A character literal at `i` (`'x'`, `'\n'`, `'\u{1F600}'`), written as `' '`, or a lifetime's
+/// quote, copied.
+fn char_or_lifetime(b: &[u8], mut i: usize, out: &mut String) -> usize {
+    if b.get(i + 1) == Some(&b'\\') {
+        // The escape's first character may itself be a quote (`'\''`).
+        i += 3;
+        while i < b.len() && b[i] != b'\'' {
+            i += 1;
+        }
+        out.push_str("' '");
+        i + 1
+    } else if b.get(i + 2) == Some(&b'\'') {
+        out.push_str("' '");
+        i + 3
+    } else {
+        out.push('\'');
+        i + 1
+    }
 }
 
 /// Whether the byte before `i` continues an identifier (so `r` at `i` is not a raw string's `r`).
@@ -333,7 +355,13 @@ fn no_module_imports_a_module_its_floor_forbids() {
         };
         seen.insert(module.clone());
         let text = std::fs::read_to_string(path).expect("read a source file");
-        breaches.extend(check_file(&rules, &exports, &rel.display().to_string(), &module, &text));
+        breaches.extend(check_file(
+            &rules,
+            &exports,
+            &rel.display().to_string(),
+            &module,
+            &text,
+        ));
     }
     let unruled: Vec<_> = seen.iter().filter(|m| !rules.contains_key(*m)).collect();
     let stale: Vec<_> = rules.keys().filter(|m| !seen.contains(*m)).collect();
@@ -353,19 +381,33 @@ fn every_rule_names_only_modules_of_the_crate() {
     let rules = design_rules();
     for (module, forbidden) in &rules {
         for f in forbidden {
-            assert!(rules.contains_key(f), "the rule for `{module}` names `{f}`, which has no rule of its own");
+            assert!(
+                rules.contains_key(f),
+                "the rule for `{module}` names `{f}`, which has no rule of its own"
+            );
             assert_ne!(f, module, "the rule for `{module}` forbids itself");
         }
     }
     // What the rules allow must have no circle: a depth-first walk over "may import" edges never
     // meets a module that is still on its own path.
-    fn walk<'a>(m: &'a str, rules: &'a Rules, path: &mut Vec<&'a str>, done: &mut BTreeSet<&'a str>) {
+    fn walk<'a>(
+        m: &'a str,
+        rules: &'a Rules,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) {
         if done.contains(m) {
             return;
         }
-        assert!(!path.contains(&m), "the rules allow a circle: {path:?} -> {m}");
+        assert!(
+            !path.contains(&m),
+            "the rules allow a circle: {path:?} -> {m}"
+        );
         path.push(m);
-        for (other, _) in rules.iter().filter(|(o, _)| *o != m && !rules[m].contains(*o)) {
+        for (other, _) in rules
+            .iter()
+            .filter(|(o, _)| *o != m && !rules[m].contains(*o))
+        {
             walk(other, rules, path, done);
         }
         path.pop();
@@ -383,8 +425,13 @@ fn the_check_catches_forbidden_paths_and_ignores_comments() {
         "- `conn` never imports `writer`, `admin`. Prose with `group` after the sentence.\n\
          - `writer` never imports `admin`.\n- `admin` never imports `writer`.\n- `group` never imports `admin`.",
     );
-    assert_eq!(rules["conn"], BTreeSet::from(["writer".into(), "admin".into()]));
-    let exports = reexports("pub use writer::{Writer, record::{A as B}};\npub use admin::Client;\npub use kafkit_balancer as balancer;");
+    assert_eq!(
+        rules["conn"],
+        BTreeSet::from(["writer".into(), "admin".into()])
+    );
+    let exports = reexports(
+        "pub use writer::{Writer, record::{A as B}};\npub use admin::Client;\npub use kafkit_balancer as balancer;",
+    );
     assert_eq!(exports["Writer"], "writer");
     assert_eq!(exports["B"], "writer");
     assert_eq!(exports["balancer"], "kafkit_balancer");
@@ -394,7 +441,7 @@ fn the_check_catches_forbidden_paths_and_ignores_comments() {
                let s = \"crate::admin\";\n\
                use crate::{group::X, Client as C};\n\
                fn f(_: &crate::Writer) {}\n\
-               let c = 'x'; let l: &'static str = r#\"crate::admin\"#;\n\
+               let c = 'x'; let q = '\\''; let l: &'static str = r#\"crate::admin\"#;\n\
                use crate::balancer;";
     let lines: Vec<_> = check_file(&rules, &exports, "conn/x.rs", "conn", src)
         .into_iter()
@@ -416,7 +463,10 @@ fn the_check_catches_forbidden_paths_and_ignores_comments() {
 #[test]
 fn leaf_crates_never_depend_on_the_umbrella() {
     let allowed: &[(&str, &[&str])] = &[
-        ("kafkit-protocol", &["kafkit-compress", "kafkit-pagebuf", "kafkit-protocol"]),
+        (
+            "kafkit-protocol",
+            &["kafkit-compress", "kafkit-pagebuf", "kafkit-protocol"],
+        ),
         ("kafkit-compress", &[]),
         ("kafkit-balancer", &[]),
         ("kafkit-group-balancer", &["kafkit-protocol"]),
@@ -425,10 +475,14 @@ fn leaf_crates_never_depend_on_the_umbrella() {
     ];
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for (name, ok) in allowed {
-        let toml = std::fs::read_to_string(crates.join(name).join("Cargo.toml")).expect("leaf Cargo.toml");
+        let toml =
+            std::fs::read_to_string(crates.join(name).join("Cargo.toml")).expect("leaf Cargo.toml");
         for line in toml.lines() {
             let dep = line.split(['=', '.', ' ']).next().unwrap_or("").trim();
-            if dep.starts_with("kafkit") && line.contains('=') && !line.trim_start().starts_with("name") {
+            if dep.starts_with("kafkit")
+                && line.contains('=')
+                && !line.trim_start().starts_with("name")
+            {
                 assert!(ok.contains(&dep), "{name} depends on {dep}: {line}");
             }
         }
@@ -441,4 +495,118 @@ fn leaf_crates_never_depend_on_the_umbrella() {
             }
         }
     }
+}
+
+/// The longest a function of the library may run, in lines from `fn` to its closing brace
+/// (tests excepted). DESIGN.md's reading guide promises functions of about a screen: a longer
+/// operation is a chain of named phases.
+const FN_MAX_LINES: usize = 80;
+
+/// Every function body in `code` (already [`code_only`]) outside `#[cfg(test)]` modules: name,
+/// first line (1-based) and length in lines.
+fn function_lengths(code: &str) -> Vec<(String, usize, usize)> {
+    let b = code.as_bytes();
+    let line_at = |i: usize| code[..i].matches('\n').count() + 1;
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        // Skip a test module whole: `#[cfg(test)]`, then `mod name {` ... its closing brace.
+        if code[i..].starts_with("#[cfg(test)]") {
+            let after = &code[i + "#[cfg(test)]".len()..];
+            let trimmed = after.trim_start();
+            if trimmed.starts_with("mod ") {
+                if let Some(open) = trimmed.find(['{', ';']) {
+                    let start = i + "#[cfg(test)]".len() + (after.len() - trimmed.len()) + open;
+                    if b[start] == b'{' {
+                        i = matching_brace(b, start).map_or(b.len(), |e| e + 1);
+                        continue;
+                    }
+                }
+            }
+        }
+        let is_fn = code[i..].starts_with("fn ")
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'));
+        if !is_fn {
+            i += 1;
+            continue;
+        }
+        let name = ident(&code[i + 3..]).to_string();
+        // The signature ends at the first `{` (a body) or `;` (a declaration) outside brackets.
+        let mut depth = 0i32;
+        let mut j = i + 3;
+        let mut body = None;
+        while j < b.len() {
+            match b[j] {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b'{' if depth == 0 => {
+                    body = Some(j);
+                    break;
+                }
+                b';' if depth == 0 => break,
+                _ => {}
+            }
+            j += 1;
+        }
+        if let Some(open) = body {
+            if let Some(close) = matching_brace(b, open) {
+                found.push((name, line_at(i), line_at(close) - line_at(i) + 1));
+            }
+        }
+        i += 3;
+    }
+    found
+}
+
+/// The index of the `}` that closes the `{` at `open`.
+fn matching_brace(b: &[u8], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (k, &c) in b.iter().enumerate().skip(open) {
+        match c {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+#[test]
+fn no_function_runs_over_a_screen() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut long = Vec::new();
+    for path in &files {
+        let rel = path.strip_prefix(&src).expect("under src/");
+        let code = code_only(&std::fs::read_to_string(path).expect("read a source file"));
+        for (name, line, len) in function_lengths(&code) {
+            if len > FN_MAX_LINES {
+                long.push(format!(
+                    "\n  src/{}:{line}: {name} ({len} lines)",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {FN_MAX_LINES} lines (name their phases):{}",
+        long.concat()
+    );
+}
+
+#[test]
+fn function_lengths_skip_tests_and_declarations() {
+    let code = "trait T {\n    fn decl(&self)\n        -> u8;\n}\nfn short() {\n    let x = 1;\n}\n\
+                #[cfg(test)]\nmod tests {\n    fn in_test() {\n    }\n}\nfn after<T: Fn() -> u8>(t: [u8; 2]) -> u8 {\n    0\n}\n";
+    assert_eq!(
+        function_lengths(code),
+        vec![("short".to_string(), 5, 3), ("after".to_string(), 13, 3)]
+    );
 }

@@ -124,9 +124,9 @@
 //! | `tls` | on | [`TlsConfig`] and `DialerBuilder::tls` (rustls, ring); without it, connections are plaintext only |
 //! | `aws-msk-iam` | on | the AWS_MSK_IAM SASL mechanism (`sasl::AwsMskIam`, SigV4) |
 
+pub mod admin;
 #[cfg(test)]
 mod architecture;
-pub mod admin;
 mod conn;
 mod dialer;
 mod error;

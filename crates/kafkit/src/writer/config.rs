@@ -435,83 +435,23 @@ impl WriterBuilder {
     fn check_ranges(&self, t: &SpansMs, max_request_size: usize) -> Result<(), WriterConfigError> {
         let u = |v: usize| v as u64;
         let max_buffered = self.max_buffered_records;
+        #[rustfmt::skip]
         let checks: [(&'static str, u64, bool, &'static str); 12] = [
-            (
-                "linger",
-                t.linger,
-                t.linger <= 3_600_000,
-                "0 ms..=3600000 ms (1 h)",
-            ),
-            (
-                "batch_size",
-                u(self.batch_size),
-                (1_024..=1 << 30).contains(&self.batch_size),
-                "1024..=1073741824",
-            ),
-            (
-                "batch_max_records",
-                u(self.batch_max_records),
-                (1..=i32::MAX as usize).contains(&self.batch_max_records),
-                "1..=2147483647",
-            ),
-            (
-                "request_timeout",
-                t.request_timeout,
-                (1..=i32::MAX as u64).contains(&t.request_timeout),
-                "1 ms..=2147483647 ms",
-            ),
+            ("linger", t.linger, t.linger <= 3_600_000, "0 ms..=3600000 ms (1 h)"),
+            ("batch_size", u(self.batch_size), (1_024..=1 << 30).contains(&self.batch_size), "1024..=1073741824"),
+            ("batch_max_records", u(self.batch_max_records), (1..=i32::MAX as usize).contains(&self.batch_max_records), "1..=2147483647"),
+            ("request_timeout", t.request_timeout, (1..=i32::MAX as u64).contains(&t.request_timeout), "1 ms..=2147483647 ms"),
             // Every row is computed before the first is checked: saturating, so a linger or
             // request timeout out of range (reported by its own row, above) cannot overflow here.
-            (
-                "delivery_timeout",
-                t.delivery_timeout,
-                t.delivery_timeout >= t.linger.saturating_add(t.request_timeout)
-                    && t.delivery_timeout <= i32::MAX as u64,
-                ">= linger + request_timeout, <= 2147483647 ms",
-            ),
-            (
-                "retry_backoff",
-                t.retry_backoff,
-                t.retry_backoff <= 3_600_000,
-                "0 ms..=3600000 ms (1 h)",
-            ),
-            (
-                "retry_backoff_max",
-                t.retry_backoff_max,
-                t.retry_backoff_max <= 3_600_000,
-                "0 ms..=3600000 ms (1 h)",
-            ),
-            (
-                "max_block",
-                t.max_block,
-                t.max_block <= i32::MAX as u64,
-                "0 ms..=2147483647 ms",
-            ),
-            (
-                "buffer_memory",
-                u(self.buffer_memory),
-                self.buffer_memory >= self.batch_size && self.buffer_memory <= usize::MAX >> 4,
-                ">= batch_size",
-            ),
+            ("delivery_timeout", t.delivery_timeout, t.delivery_timeout >= t.linger.saturating_add(t.request_timeout) && t.delivery_timeout <= i32::MAX as u64, ">= linger + request_timeout, <= 2147483647 ms"),
+            ("retry_backoff", t.retry_backoff, t.retry_backoff <= 3_600_000, "0 ms..=3600000 ms (1 h)"),
+            ("retry_backoff_max", t.retry_backoff_max, t.retry_backoff_max <= 3_600_000, "0 ms..=3600000 ms (1 h)"),
+            ("max_block", t.max_block, t.max_block <= i32::MAX as u64, "0 ms..=2147483647 ms"),
+            ("buffer_memory", u(self.buffer_memory), self.buffer_memory >= self.batch_size && self.buffer_memory <= usize::MAX >> 4, ">= batch_size"),
             // Unset, there is no limit to check.
-            (
-                "max_buffered_records",
-                u(max_buffered.unwrap_or(0)),
-                max_buffered.is_none_or(|n| (1..=usize::MAX >> 4).contains(&n)),
-                ">= 1",
-            ),
-            (
-                "max_request_size",
-                u(max_request_size),
-                max_request_size >= self.batch_size && max_request_size <= i32::MAX as usize,
-                "batch_size..=2147483647",
-            ),
-            (
-                "transaction_timeout",
-                t.transaction_timeout,
-                (1..=i32::MAX as u64).contains(&t.transaction_timeout),
-                "1 ms..=2147483647 ms",
-            ),
+            ("max_buffered_records", u(max_buffered.unwrap_or(0)), max_buffered.is_none_or(|n| (1..=usize::MAX >> 4).contains(&n)), ">= 1"),
+            ("max_request_size", u(max_request_size), max_request_size >= self.batch_size && max_request_size <= i32::MAX as usize, "batch_size..=2147483647"),
+            ("transaction_timeout", t.transaction_timeout, (1..=i32::MAX as u64).contains(&t.transaction_timeout), "1 ms..=2147483647 ms"),
         ];
         checks
             .into_iter()

@@ -661,8 +661,8 @@ mod tests {
         server.await.unwrap();
     }
 
-    /// Issue: `connect_timeout(Duration::MAX)` panicked ("overflow when adding duration to
-    /// instant") on the first dial; zero gave a dialer that could not even poll the connect.
+    /// `connect_timeout(Duration::MAX)` must not overflow when added to an instant, and zero
+    /// still lets the connect be polled once.
     #[tokio::test]
     async fn huge_and_zero_connect_timeouts_dial_without_panicking() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -712,8 +712,8 @@ mod tests {
         );
     }
 
-    /// Issue: an HTTP server or proxy at the address showed as `InvalidFrameSize { size:
-    /// 1213486160 }` (the bytes "HTTP" read as a size prefix).
+    /// An HTTP server or proxy at the address is named as such, not as `InvalidFrameSize {
+    /// size: 1213486160 }` (the bytes "HTTP" read as a size prefix).
     #[tokio::test]
     async fn an_http_answer_says_the_peer_speaks_http() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

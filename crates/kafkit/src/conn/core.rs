@@ -1183,8 +1183,8 @@ mod tests {
         ));
     }
 
-    /// Issue: a request timeout never closed the connection, so a half-open one stayed pooled
-    /// and every later request waited out the same timeout on it.
+    /// A request timeout closes the connection: a half-open one left pooled would make every
+    /// later request wait out the same timeout on it.
     #[tokio::test]
     async fn a_request_timeout_closes_the_connection_as_half_open() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -13,7 +13,7 @@
 //! Heartbeats go out from the JoinGroup answer on, as Java's heartbeat thread runs in
 //! `COMPLETING_REBALANCE`: Kafka expires a member of a completing group that neither heartbeats
 //! nor waits in a SyncGroup for its session timeout, so a leader whose assignor takes longer
-//! would be dropped and the group rebalanced (issue 31 item 20). They pause while the SyncGroup
+//! would be dropped and the group rebalanced. They pause while the SyncGroup
 //! is out (see [`Classic::sync`]).
 //!
 //! Error codes are judged by `coordinator::verdict` (one table for JoinGroup, SyncGroup,

@@ -264,7 +264,7 @@ mod tests {
         assert_eq!(p.leader_epoch(2), Some(4));
         assert_eq!(p.timestamp_type(4), TimestampType::LogAppendTime);
         assert_eq!(p.last_leader_epoch(), Some(4));
-        // A divergence at 12 (issue 31 item 4): the first batch's records stay, with its span.
+        // A divergence at 12: the first batch's records stay, with its span.
         let mut cut = p.clone();
         assert_eq!(cut.truncate_at(12), 3);
         assert_eq!(cut.records.len(), 2);

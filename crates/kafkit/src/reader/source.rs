@@ -1329,7 +1329,7 @@ mod tests {
             );
         }
         // A divergence before the position (records past it were handed out already) is a
-        // truncation as before: with a policy, the partition goes on at the diverging end.
+        // truncation: with a policy, the partition goes on at the diverging end.
         let c = Config::default();
         let mut st = fetching(Position::new(10, Some(4)), None);
         answered(&mut st, &c, ErrorCode::NONE, Some((3, 6)));
@@ -1385,7 +1385,7 @@ mod tests {
     /// metadata does not list is remembered, not fetched from (no source started for it: its
     /// dial would fail and send the partition back to the leader at every answer), and
     /// metadata is asked for; once metadata lists it, the partition moves there until the
-    /// preference expires. A listed replica is used at once, as before.
+    /// preference expires. A listed replica is used at once.
     #[test]
     fn a_preferred_replica_missing_from_metadata_is_remembered_until_listed() {
         let c = Config::default();

@@ -1575,9 +1575,9 @@ mod tests {
         assert!(may_have_appended(E::NOT_ENOUGH_REPLICAS_AFTER_APPEND));
     }
 
-    /// Issue: a batch that timed out (maybe written) and then failed for good rewound its
-    /// partition's sequence, so the next batch of the same size reused it, was deduplicated
-    /// against the first and acknowledged at its offset. It must bump the epoch instead.
+    /// A batch that timed out (maybe written) and then fails for good bumps the epoch and never
+    /// rewinds its partition's sequence: a rewound sequence would let the next batch of the same
+    /// size reuse it, be deduplicated against the first and be acknowledged at its offset.
     #[test]
     fn a_maybe_written_batch_that_fails_for_good_bumps_and_never_rewinds() {
         let cfg = config(|b| b.linger(Duration::ZERO));
@@ -1604,8 +1604,8 @@ mod tests {
         b.complete(Outcome::failed(ProduceError::NoTopic));
     }
 
-    /// Issue: a batch refused before the append (NOT_LEADER_OR_FOLLOWER...) that expires must
-    /// not force an epoch bump, and one requeued across a bump is renumbered, not failed.
+    /// A batch refused before the append (NOT_LEADER_OR_FOLLOWER...) that expires does not
+    /// force an epoch bump, and one requeued across a bump is renumbered, not failed.
     #[test]
     fn a_batch_never_appended_expires_without_a_bump_and_is_renumbered_across_one() {
         let cfg = config(|b| {

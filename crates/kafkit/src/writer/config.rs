@@ -739,8 +739,8 @@ mod tests {
             ),
             "delivery_timeout"
         );
-        // Issue: Duration::MAX (the natural "no timeout") was taken, and its deadline
-        // overflowed on platforms whose Instant counts nanoseconds in a u64.
+        // Duration::MAX (the natural "no timeout") is refused: its deadline would overflow on
+        // platforms whose Instant counts nanoseconds in a u64.
         assert_eq!(
             name(builder().delivery_timeout(Duration::MAX)),
             "delivery_timeout"
@@ -818,7 +818,7 @@ mod tests {
                 .enable_idempotence(true)
                 .max_in_flight_requests_per_connection(6)
         ));
-        // Issue: a default topic with an illegal name was taken, and every record failed.
+        // A default topic with an illegal name is refused here, not by every record later.
         for bad in ["", "bad name", ".", "..", &"x".repeat(250)] {
             assert_eq!(
                 builder().topic(bad).validate().unwrap_err(),
@@ -845,9 +845,8 @@ mod tests {
         assert!(e.to_string().contains("batch_size = 10"), "{e}");
     }
 
-    /// Issue: with a codec's cargo feature off, `compression(Compression::Gzip)` was taken by
-    /// `build` and every record then failed ("compression type gzip is not supported by this
-    /// build"). Each codec is taken exactly when it is built in; run with
+    /// With a codec's cargo feature off, `build` refuses `compression(Compression::Gzip)`,
+    /// rather than every record failing later. Each codec is taken exactly when it is built in; run with
     /// `--no-default-features` to see the refusals (`cargo xtask test` does).
     #[test]
     fn a_codec_left_out_of_the_build_is_refused_by_build() {

@@ -504,8 +504,8 @@ mod tests {
     use super::*;
     use crate::error::Error;
 
-    /// Issue: `close(Duration::MAX)` (the natural "no timeout") panicked with "overflow when
-    /// adding duration to instant".
+    /// `close` takes any timeout: `Duration::MAX` (the natural "no timeout") must not overflow
+    /// when added to an instant.
     #[tokio::test]
     async fn close_takes_any_timeout() {
         for timeout in [Duration::MAX, Duration::ZERO] {
@@ -518,7 +518,7 @@ mod tests {
                 matches!(refused, Err(ProduceError::Closed(_))),
                 "{refused:?}"
             );
-            // Issue: this read "the writer is closed: the writer is closing".
+            // The cause is said once, not "the writer is closed: the writer is closing".
             assert_eq!(
                 refused.unwrap_err().to_string(),
                 "the writer is closed: close was called; it takes no more records"
@@ -526,9 +526,9 @@ mod tests {
         }
     }
 
-    /// Issue: with nothing listening at the bootstrap address, `send` ended after `max_block`
-    /// with `BlockTimeout { cause: Timeout { operation: "Metadata" } }`: no address, no
-    /// "connection refused". The cause is the transport's last error now.
+    /// With nothing listening at the bootstrap address, `send` ends after `max_block` with the
+    /// transport's last error as the cause (the address, "connection refused"), not a bare
+    /// `Timeout { operation: "Metadata" }`.
     #[tokio::test]
     async fn a_refused_bootstrap_is_the_cause_of_the_block_timeout() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

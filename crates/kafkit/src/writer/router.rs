@@ -449,8 +449,8 @@ pub(super) async fn ask_producer_id(
     bound: impl Fn() -> Duration,
     new_id_after: impl FnOnce(&ProducerIdError) -> bool,
 ) -> Result<(i64, i16), ProducerIdError> {
-    // The transport's calls are awaited here, not in a helper: a caller's future (a
-    // transaction's end) stays as shallow as before.
+    // The transport's calls are awaited here, not in a helper, so a caller's future (a
+    // transaction's end) gets no deeper (DESIGN.md, Non-obvious: Conn).
     let req = producer_id_request(inner, txn_id, current);
     let result = producer_id_answer(inner.transport.round_trip_within(req, bound()).await);
     match result {

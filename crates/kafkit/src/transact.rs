@@ -908,7 +908,7 @@ async fn committed(
 /// `UNSTABLE_OFFSET_COMMIT`) fails the whole answer, which is asked again.
 fn starts(
     parts: CommittedOffsets,
-    reset: crate::AutoOffsetReset,
+    reset: crate::reader::AutoOffsetReset,
 ) -> Result<Vec<(String, i32, crate::group::commit::Start)>> {
     let mut out = Vec::with_capacity(parts.len());
     for ((topic, partition), r) in parts {
@@ -931,7 +931,7 @@ fn starts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AutoOffsetReset;
+    use crate::reader::AutoOffsetReset;
 
     #[test]
     fn starts_are_the_committed_offsets_else_the_reset() {
@@ -968,10 +968,9 @@ mod tests {
         assert!(
             matches!(
                 &got[0].2,
-                Err(Error::Reader(crate::ReaderError::NoOffsetForPartition {
-                    partition: 2,
-                    ..
-                }))
+                Err(Error::Reader(
+                    crate::reader::ReaderError::NoOffsetForPartition { partition: 2, .. }
+                ))
             ),
             "{got:?}"
         );

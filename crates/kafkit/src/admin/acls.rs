@@ -300,8 +300,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn describe_acls(&self, filter: &AclBindingFilter) -> Result<Vec<AclBinding>> {
         let req = describe_acls_request_for(filter);
         let resp = self.transport().round_trip(req).await?;
@@ -320,9 +319,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn create_acls(
         &self,
         acls: &[AclBinding],
@@ -348,9 +345,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     #[allow(clippy::type_complexity)]
     pub async fn delete_acls(
         &self,

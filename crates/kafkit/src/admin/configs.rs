@@ -202,8 +202,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn describe_configs(
         &self,
         resources: &[ConfigResource],
@@ -232,9 +231,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn alter_configs(
         &self,
         configs: &[(ConfigResource, Vec<(String, String)>)],
@@ -291,9 +288,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn incremental_alter_configs(
         &self,
         configs: &[(ConfigResource, Vec<AlterConfigOp>)],
@@ -604,8 +599,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the request in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn list_config_resources(
         &self,
         types: &[ConfigResourceType],

@@ -447,8 +447,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn describe_kip848_groups(
         &self,
         groups: &[&str],
@@ -476,8 +475,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn describe_share_groups(
         &self,
         groups: &[&str],
@@ -506,8 +504,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn describe_streams_groups(
         &self,
         groups: &[&str],
@@ -527,7 +524,7 @@ mod tests {
     use kafkit_protocol::ErrorCode;
 
     use super::*;
-    use crate::Error;
+    use crate::error::Error;
 
     #[test]
     fn kip848_answers_per_group_in_order() {

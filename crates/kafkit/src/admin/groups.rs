@@ -576,8 +576,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn list_groups(&self, options: &ListGroupsOptions) -> Result<ListGroupsResult> {
         let options = options.clone();
         let answers =
@@ -609,8 +608,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn list_consumer_groups(
         &self,
         options: &ListGroupsOptions,
@@ -636,8 +634,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn describe_consumer_groups(
         &self,
         groups: &[&str],
@@ -671,9 +668,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn delete_consumer_groups(
         &self,
         groups: &[&str],
@@ -703,8 +698,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn list_consumer_group_offsets(
         &self,
         groups: &[ListGroupOffsets],
@@ -739,9 +733,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn alter_consumer_group_offsets(
         &self,
         group_id: &str,
@@ -769,9 +761,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn delete_consumer_group_offsets(
         &self,
         group_id: &str,
@@ -828,8 +818,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn consumer_group_lag(
         &self,
         group_id: &str,
@@ -849,7 +838,7 @@ impl Client {
         }
         let md = self.transport().metadata_for(&topics).await?;
         // Indexes instead of a scan per topic: a group may commit for thousands of topics.
-        let known: HashMap<&str, &crate::TopicMetadata> =
+        let known: HashMap<&str, &crate::conn::metadata::TopicMetadata> =
             md.topics.iter().map(|t| (t.name.as_str(), &**t)).collect();
         let mut committed_by_topic: HashMap<&str, Vec<i32>> = HashMap::new();
         for ((t, p), _) in &committed {

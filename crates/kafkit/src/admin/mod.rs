@@ -149,6 +149,17 @@ use crate::transport::{ConnKind, Transport};
 /// # drop(run);
 /// # Ok::<(), kafkit::Error>(())
 /// ```
+///
+/// # Cancel safety
+///
+/// Every async method of the client is one of two kinds, and its own docs say which.
+/// - **A read** (describe, list, fetch) is cancel safe: dropping its future abandons the requests
+///   in flight; nothing changes on the cluster, and the pooled connections stay usable (a late
+///   answer is read and discarded).
+/// - **A change** (create, delete, alter, commit, elect...) is not cancel safe: dropping its future
+///   abandons the operation, but a request already sent may still be carried out by the broker,
+///   and its answer is then lost. Nothing is retried; the pooled connections stay usable. Read the
+///   state back (describe, list) to learn what happened.
 #[derive(Clone, Debug)]
 pub struct Client {
     transport: Transport,
@@ -197,7 +208,7 @@ impl Client {
     ///
     /// Errors: the last node's dial error when none can be reached, [`Error::Protocol`] when the
     /// metadata lists no broker, and the transport's metadata errors.
-    pub(crate) async fn any_node(&self) -> Result<(i32, crate::Conn)> {
+    pub(crate) async fn any_node(&self) -> Result<(i32, crate::conn::Conn)> {
         let md = self.transport.metadata().await?;
         let mut order: Vec<i32> = Vec::with_capacity(md.brokers.len());
         if md.broker(md.controller_id).is_some() {

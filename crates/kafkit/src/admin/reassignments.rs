@@ -50,8 +50,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn list_partition_reassignments(
         &self,
         partitions: Option<&[(&str, i32)]>,
@@ -86,9 +85,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     #[allow(clippy::type_complexity)]
     pub async fn alter_partition_reassignments(
         &self,

@@ -209,8 +209,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the request in flight; nothing changes on
-    /// the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     #[allow(clippy::type_complexity)]
     pub async fn list_share_group_offsets(
         &self,

@@ -344,8 +344,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the request in flight; nothing changes on
-    /// the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn describe_delegation_token(
         &self,
         owners: Option<&[KafkaPrincipal]>,

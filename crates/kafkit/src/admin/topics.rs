@@ -106,9 +106,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn create_topics(
         &self,
         topics: &[NewTopic],
@@ -140,9 +138,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn delete_topics(&self, names: &[&str]) -> Result<Vec<(String, ResourceResult<()>)>> {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         check_distinct("topic", &names)?;
@@ -164,9 +160,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn delete_topics_by_id(
         &self,
         ids: &[Uuid],
@@ -210,8 +204,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn list_topics(&self, list_internal: bool) -> Result<Vec<TopicListing>> {
         let resp = self.fetch_metadata(None, false).await?;
         let mut out: Vec<TopicListing> = resp
@@ -243,8 +236,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future abandons the requests in flight; nothing changes
-    /// on the cluster, and the pooled connections stay usable.
+    /// Cancel safe: a read ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn describe_topics(
         &self,
         names: &[&str],
@@ -273,9 +265,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropping the future abandons the operation, but a request already
-    /// sent may still be carried out by the broker (its answer is then lost); nothing is
-    /// retried. The pooled connections stay usable.
+    /// Not cancel safe: a change ([the `Client`'s cancel safety](crate::admin::Client#cancel-safety)).
     pub async fn create_partitions(
         &self,
         new_partitions: &[(&str, NewPartitions)],

@@ -1390,7 +1390,7 @@ mod tests {
         }
     }
 
-    /// Issue 17: a Produce request's record batches go to the socket from their own buffers
+    /// A Produce request's record batches go to the socket from their own buffers
     /// (the writer is handed the batch's memory, never a copy), with vectored writes or piece by
     /// piece, through short writes, and the peer reads exactly the plain encoding. A retry (the
     /// same request sent again) copies nothing either.

@@ -406,7 +406,7 @@ impl Conn {
         let req = api_versions_request(self.inner.expected.as_ref());
         let ours = VersionRange {
             min: ApiVersionsRequest::VERSIONS.min,
-            max: versions::client_max_for::<ApiVersionsRequest>(),
+            max: crate::ops::versions::client_max_for::<ApiVersionsRequest>(),
         };
         let first = match self.inner.versions.get(ApiKey::ApiVersions) {
             Some(b) => b.intersect(&ours).map_or(ours.min, |r| r.max),

@@ -430,7 +430,7 @@ impl Conn {
                 api: kafkit_protocol::ApiKey::Produce,
                 ours: kafkit_protocol::VersionRange {
                     min: 3,
-                    max: super::versions::client_max_for::<ProduceRequest>(),
+                    max: crate::ops::versions::client_max_for::<ProduceRequest>(),
                 },
                 broker: self.broker_versions().get(kafkit_protocol::ApiKey::Produce),
             });

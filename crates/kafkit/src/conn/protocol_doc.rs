@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use kafkit_protocol::ApiKey;
 
-use super::versions::client_max;
+use crate::ops::versions::client_max;
 
 /// A client feature and the KIP behind it.
 struct Kip {

@@ -6,7 +6,7 @@
 use kafkit_protocol::{Request, VersionRange};
 
 use crate::error::{Error, Result};
-pub(crate) use crate::ops::versions::{client_max, client_max_for};
+use crate::ops::versions::{client_max, client_max_for};
 
 /// The version to send `R` at: the highest in both the client's range (up to its table entry,
 /// capped at `cap`) and `broker`'s (`None`: the broker does not offer the API).

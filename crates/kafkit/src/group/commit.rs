@@ -96,7 +96,7 @@ pub(crate) const FIRST_TOPIC_ID_VERSION: i16 = 10;
 /// (ids a coordinator answered `UNKNOWN_TOPIC_ID` for: the topic was deleted, or recreated
 /// with a new id the cache has not learned yet).
 pub(crate) fn known_ids(
-    md: Option<&crate::Metadata>,
+    md: Option<&crate::conn::metadata::Metadata>,
     bad: &HashSet<Uuid>,
 ) -> HashMap<String, Uuid> {
     md.map(|md| {
@@ -366,7 +366,7 @@ pub(crate) fn reset_start(reset: AutoOffsetReset) -> Option<StartOffset> {
 
 /// The error a partition without a committed offset gets under `auto_offset_reset = none`.
 pub(crate) fn no_offset(topic: &str, partition: i32) -> Error {
-    Error::Reader(crate::ReaderError::NoOffsetForPartition {
+    Error::Reader(crate::reader::ReaderError::NoOffsetForPartition {
         topic: topic.to_owned(),
         partition,
     })
@@ -375,7 +375,7 @@ pub(crate) fn no_offset(topic: &str, partition: i32) -> Error {
 /// The error a partition whose committed offset cannot be read gets (it is not started:
 /// Java's poll fails instead of guessing a position).
 pub(crate) fn unreadable(topic: &str, partition: i32, code: ErrorCode) -> Error {
-    Error::Reader(crate::ReaderError::Partition {
+    Error::Reader(crate::reader::ReaderError::Partition {
         topic: topic.to_owned(),
         partition,
         offset: -1,
@@ -471,7 +471,7 @@ mod tests {
         ));
     }
 
-    /// Issue 32: topic ids go in when every topic has one (v10), the answer (ids only) is
+    /// Topic ids go in when every topic has one (v10), the answer (ids only) is
     /// named back, and ids answered UNKNOWN_TOPIC_ID are found and then left out.
     #[test]
     fn topic_ids_fill_requests_and_name_answers() {
@@ -521,7 +521,7 @@ mod tests {
         ));
         // The refused id is not used again: the topic goes by name.
         let topic = |name: &str, id: Uuid| {
-            Arc::new(crate::TopicMetadata {
+            Arc::new(crate::conn::metadata::TopicMetadata {
                 name: name.into(),
                 topic_id: id,
                 error_code: ErrorCode::NONE,
@@ -529,7 +529,7 @@ mod tests {
                 partitions: Vec::new(),
             })
         };
-        let md = crate::Metadata {
+        let md = crate::conn::metadata::Metadata {
             brokers: Vec::new(),
             cluster_id: None,
             controller_id: -1,

@@ -519,7 +519,8 @@ impl GroupReaderBuilder {
             .reader
             .take()
             .unwrap_or_else(|| ReaderBuilder::new(self.transport.clone()));
-        self.reader = Some(reader.isolation_level(crate::IsolationLevel::ReadCommitted));
+        self.reader =
+            Some(reader.isolation_level(crate::ops::offsets::IsolationLevel::ReadCommitted));
         let user = self.listener.take();
         (self, user)
     }
@@ -600,13 +601,13 @@ mod tests {
         assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Cooperative);
     }
 
-    /// Issue 31 item 7. The rebalance timeout a member sends (JoinGroup, KIP-848's first
+    /// The rebalance timeout a member sends (JoinGroup, KIP-848's first
     /// heartbeat) is `max_poll_interval` unless set, as Java sends `max.poll.interval.ms`: an
     /// eager revocation waits for the application's next poll, which may take that long, and
     /// a shorter rebalance timeout drops a slow member out of every rebalance.
     #[test]
     fn the_rebalance_timeout_is_max_poll_interval_unless_set() {
-        let transport = crate::Transport::builder(["127.0.0.1:9"])
+        let transport = crate::transport::Transport::builder(["127.0.0.1:9"])
             .build()
             .expect("transport");
         let b = || GroupReader::builder(transport.clone(), "g").subscribe(["t"]);
@@ -624,7 +625,7 @@ mod tests {
         assert_eq!(c.rebalance_timeout(), Duration::from_secs(10), "set");
     }
 
-    /// Issue 31 item 2. Committed offsets are read with `require_stable` (KIP-447) unless the
+    /// Committed offsets are read with `require_stable` (KIP-447) unless the
     /// application turns it off, as Java always asks: a new owner of a partition then waits
     /// for a transactional commit of the old owner still pending instead of reading the offset
     /// before it (and transforming its input again). A transactional session's member asks for
@@ -632,7 +633,7 @@ mod tests {
     /// Java's `OffsetFetchRequest.Builder` does, rather than refused.
     #[test]
     fn committed_offsets_are_read_stable_by_default() {
-        let transport = crate::Transport::builder(["127.0.0.1:9"])
+        let transport = crate::transport::Transport::builder(["127.0.0.1:9"])
             .build()
             .expect("transport");
         let parts: Vec<(Arc<str>, i32)> = vec![(Arc::from("t"), 0)];

@@ -345,7 +345,7 @@ impl Consumer {
     /// Learns topic names for ids the member does not know (one full Metadata request).
     async fn learn_ids(&mut self, ids: &[Uuid]) -> Result<(), Stop> {
         let cached = self.core.shared.transport.cached_metadata();
-        let know = |md: &crate::Metadata,
+        let know = |md: &crate::conn::metadata::Metadata,
                     names: &mut HashMap<Uuid, Arc<str>>,
                     idx: &mut HashMap<Arc<str>, Uuid>| {
             for t in &md.topics {
@@ -778,7 +778,7 @@ mod tests {
         assert_eq!(base64url(b"Man"), "TWFu");
     }
 
-    /// Issue 31 item 21: what stops a reconciliation reading the committed offsets of what it
+    /// What stops a reconciliation reading the committed offsets of what it
     /// was given. The member keeps partitions 0 and 1 (owned, or being added) at epoch 5.
     #[test]
     fn a_keep_alive_answer_taking_partitions_back_stops_the_offset_fetch() {
@@ -842,16 +842,16 @@ mod tests {
         ));
     }
 
-    /// Issue 31 item 13. A new member epoch learned from a keep-alive heartbeat (sent while a
+    /// A new member epoch learned from a keep-alive heartbeat (sent while a
     /// reconciliation waits for the application) is what `group_metadata` hands a
     /// transaction: with the old epoch every TxnOffsetCommit would be refused
     /// (STALE_MEMBER_EPOCH / FENCED_MEMBER_EPOCH, KIP-848 / KIP-447).
     #[tokio::test]
     async fn an_epoch_learned_in_a_keep_alive_reaches_group_metadata() {
-        let transport = crate::Transport::builder(["127.0.0.1:9"])
+        let transport = crate::transport::Transport::builder(["127.0.0.1:9"])
             .build()
             .expect("transport");
-        let r = crate::GroupReader::builder(transport, "g")
+        let r = crate::group::GroupReader::builder(transport, "g")
             .subscribe(["t"])
             .group_protocol(super::super::config::GroupProtocol::Consumer)
             .build()

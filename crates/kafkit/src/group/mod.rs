@@ -213,7 +213,7 @@ impl GroupHandle {
     }
 
     /// The member's Reader statistics (see [`GroupReader::reader_stats`]).
-    pub fn reader_stats(&self) -> crate::ReaderStats {
+    pub fn reader_stats(&self) -> crate::reader::ReaderStats {
         self.shared.reader.stats()
     }
 }
@@ -450,14 +450,14 @@ impl GroupReader {
     /// KIP-447): the group id, the generation (or KIP-848 member epoch) and member id of the
     /// last join (-1 and empty before the first), and the static instance id, for
     /// [`crate::Writer::send_offsets_to_transaction`].
-    pub fn group_metadata(&self) -> crate::ConsumerGroupMetadata {
+    pub fn group_metadata(&self) -> crate::ops::offsets::ConsumerGroupMetadata {
         let v = lock(&self.shared.view);
         let generation = if v.member_id.is_empty() {
             -1
         } else {
             v.generation
         };
-        crate::ConsumerGroupMetadata::new(self.group_id()).with_member(
+        crate::ops::offsets::ConsumerGroupMetadata::new(self.group_id()).with_member(
             generation,
             v.member_id.clone(),
             self.shared.config.group_instance_id.clone(),
@@ -811,7 +811,7 @@ impl GroupReader {
     }
 
     /// The Reader's statistics (Fetch requests per broker, bytes, per-partition lag).
-    pub fn reader_stats(&self) -> crate::ReaderStats {
+    pub fn reader_stats(&self) -> crate::reader::ReaderStats {
         self.reader.stats()
     }
 

@@ -761,8 +761,8 @@ mod tests {
         );
     }
 
-    /// Issue: `OffsetAndMetadata::new(-7)` was committed as given (Java refuses a negative
-    /// offset with IllegalArgumentException).
+    /// A negative offset (`OffsetAndMetadata::new(-7)`) is refused before anything is sent, as
+    /// Java refuses it with IllegalArgumentException.
     #[test]
     fn a_negative_offset_is_refused_before_sending() {
         let offsets = vec![

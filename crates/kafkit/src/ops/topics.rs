@@ -273,8 +273,9 @@ mod tests {
         assert_eq!(req.topics[1].replication_factor, -1);
     }
 
-    /// Issue: `NewTopic::new("", 1, 1)`, -5 partitions and a replication factor of 0 were
-    /// sent (tansu created a topic named ""); Java's admin client refuses them per topic.
+    /// `NewTopic::new("", 1, 1)`, -5 partitions and a replication factor of 0 are refused per
+    /// topic, as Java's admin client refuses them (tansu would create a topic named ""); the
+    /// other topics are sent.
     #[test]
     fn illegal_topics_are_refused_one_by_one_and_the_others_sent() {
         let topics = [

@@ -90,8 +90,8 @@ impl TransportBuilder {
                 "default.api.timeout.ms" => b.default_api_timeout(millis_value(name, v)?),
                 "metadata.recovery.strategy" => {
                     b.metadata_recovery_strategy(match choice(name, v)? {
-                        "none" => crate::MetadataRecoveryStrategy::None,
-                        _ => crate::MetadataRecoveryStrategy::Rebootstrap,
+                        "none" => crate::transport::MetadataRecoveryStrategy::None,
+                        _ => crate::transport::MetadataRecoveryStrategy::Rebootstrap,
                     })
                 }
                 "metadata.recovery.rebootstrap.trigger.ms" => {
@@ -251,7 +251,7 @@ impl ReaderBuilder {
         transport: Transport,
         props: &Properties,
     ) -> Result<ReaderBuilder, PropertyError> {
-        let mut b = crate::Reader::builder(transport);
+        let mut b = crate::reader::Reader::builder(transport);
         for (name, v) in props.scoped(R)? {
             b = match name {
                 "fetch.min.bytes" => b.fetch_min_bytes(count(name, v)?),
@@ -326,7 +326,7 @@ impl GroupReaderBuilder {
                 needs: "group.id",
             })?;
         let reader = ReaderBuilder::from_properties(transport.clone(), props)?;
-        let mut b = crate::GroupReader::builder(transport, group).reader(reader);
+        let mut b = crate::group::GroupReader::builder(transport, group).reader(reader);
         for (name, v) in settings {
             b = match name {
                 "group.instance.id" => b.group_instance_id(text(name, v)?),
@@ -420,7 +420,7 @@ mod tests {
         assert_eq!(t.default_api_timeout(), Duration::from_millis(4321));
         assert_eq!(
             t.metadata_recovery_strategy(),
-            crate::MetadataRecoveryStrategy::None
+            crate::transport::MetadataRecoveryStrategy::None
         );
         assert!(t.dialer().unstable_api_versions());
         let bad = props(&[

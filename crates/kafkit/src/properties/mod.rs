@@ -112,7 +112,7 @@ pub use crate::error::properties::PropertyError;
 
 // The builders the module table links to.
 #[cfg(all(doc, feature = "tls"))]
-use crate::TlsConfigBuilder;
+use crate::tls::TlsConfigBuilder;
 #[cfg(doc)]
 use crate::{
     DialerBuilder, GroupReaderBuilder, ReaderBuilder, Transport, TransportBuilder, WriterBuilder,
@@ -758,7 +758,7 @@ pub(super) fn unreachable_kind<T>(name: &'static str) -> Result<T, PropertyError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DialerBuilder;
+    use crate::dialer::DialerBuilder;
 
     fn props(pairs: &[(&str, &str)]) -> Properties {
         pairs.iter().copied().collect()

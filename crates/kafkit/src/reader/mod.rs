@@ -526,7 +526,7 @@ mod tests {
         assert_eq!(planned(&reader), Some(vec![1]));
     }
 
-    /// Issue 31 item 9. Records buffered for a paused partition are not handed out until it is
+    /// Records buffered for a paused partition are not handed out until it is
     /// resumed, so they do not count against `queued_max_bytes`: a paused partition holding
     /// the whole budget would otherwise stop every other partition (Java's fetcher leaves
     /// paused partitions' buffered data out of its limits too).
@@ -550,7 +550,7 @@ mod tests {
         assert_eq!(planned(&reader), None, "counted again once resumed");
     }
 
-    /// Issue 31 item 10. The `Stream` takes a whole partition answer (records 100..103) and
+    /// The `Stream` takes a whole partition answer (records 100..103) and
     /// yields one record: the position is after that record (101), not after the answer, so
     /// what an application commits from `position` covers only the records it was given.
     #[tokio::test]

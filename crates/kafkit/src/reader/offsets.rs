@@ -386,7 +386,7 @@ async fn list_offsets(
     let mut req = list_offsets_request(
         parts,
         shared.config.isolation_level,
-        crate::conn::versions::client_max_for::<ListOffsetsRequest>(),
+        crate::ops::versions::client_max_for::<ListOffsetsRequest>(),
     )?;
     let epochs: HashMap<(&str, i32), i32> = items
         .iter()

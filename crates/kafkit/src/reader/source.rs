@@ -1094,7 +1094,7 @@ mod tests {
         assert!(answers[1].as_ref().unwrap().error.is_ok());
     }
 
-    /// Issue 31 item 16. An incremental session's answer leaves out the partitions with no
+    /// An incremental session's answer leaves out the partitions with no
     /// news; one topic answered with a zero id (tansu, for an id it no longer knows) must fail
     /// only the partitions it can be: of a topic absent from the answer, with a partition
     /// index the unmatched topic lists. Healthy partitions left out (here "v"/1) are not
@@ -1137,7 +1137,7 @@ mod tests {
         );
     }
 
-    /// Issue 31 item 14. Records in epoch 1, then a transaction marker written in epoch 2: the
+    /// Records in epoch 1, then a transaction marker written in epoch 2: the
     /// answer's `next_offset` passes the marker, so the epoch committed with it
     /// (`last_leader_epoch`) is the marker batch's, 2. The pair (offset past an epoch-2 batch,
     /// epoch 1) would claim epoch 1 reaches past where it ends, and the next owner's
@@ -1271,7 +1271,7 @@ mod tests {
             .collect()
     }
 
-    /// Issue 31 item 5. The leader answers a Fetch with a diverging epoch whose end offset is
+    /// The leader answers a Fetch with a diverging epoch whose end offset is
     /// at or past the fetch offset: the position is valid, but the last fetched epoch sent was
     /// not the leader's. The next Fetch must not be the same request (it would get the same
     /// answer forever): it carries the leader's epoch (KIP-595's rule), and when the leader
@@ -1299,7 +1299,7 @@ mod tests {
         assert_eq!(st.cursor("t", 0).unwrap().state, CursorState::Fetching);
     }
 
-    /// Issue 31 item 4. Records 0..10 wait for the application while the fetch position is
+    /// Records 0..10 wait for the application while the fetch position is
     /// at 10; the leader says epoch 3 ends at 6. Records 0..6 are valid and are handed out,
     /// records 6..10 are dropped, fetching goes on at 6 with no error and no reset.
     #[test]
@@ -1339,7 +1339,7 @@ mod tests {
         );
     }
 
-    /// Issue 31 item 4, the reset: OFFSET_OUT_OF_RANGE at the fetch position while records
+    /// The reset: OFFSET_OUT_OF_RANGE at the fetch position while records
     /// fetched before it wait for the application. They are handed out first (Java fetches a
     /// partition only once its buffered records are consumed, so its reset never drops them);
     /// the reset follows once they are.
@@ -1356,7 +1356,7 @@ mod tests {
         );
     }
 
-    /// Issue 31 item 3, per partition: UNKNOWN_SERVER_ERROR (Java logs it and fetches again)
+    /// Per partition: UNKNOWN_SERVER_ERROR (Java logs it and fetches again)
     /// and TOPIC_AUTHORIZATION_FAILED (Java raises it from poll and fetches again: ACLs may
     /// still be propagating) leave the partition fetchable after a backoff; the authorization
     /// error is reported once.
@@ -1381,7 +1381,7 @@ mod tests {
         assert!(st.take(10).1.is_some(), "again after an answer");
     }
 
-    /// Issue 31 item 23, the decision: a preferred read replica (KIP-392) that the reader's
+    /// The decision: a preferred read replica (KIP-392) that the reader's
     /// metadata does not list is remembered, not fetched from (no source started for it: its
     /// dial would fail and send the partition back to the leader at every answer), and
     /// metadata is asked for; once metadata lists it, the partition moves there until the

@@ -523,11 +523,9 @@ mod tests {
         assert_eq!((p.leader_id, p.leader_epoch), (3, 7));
     }
 
-    /// Issue 13 item 7: the KIP-951 hints of one response make ONE new snapshot that copies
-    /// only the hinted topics: every other topic is the same `Arc` as before (no deep copy of
+    /// The KIP-951 hints of one response make ONE new snapshot that copies
+    /// only the hinted topics: every other topic is the same `Arc` as in the old one (no deep copy of
     /// the metadata per hint), and whoever holds the old snapshot still sees the old leaders.
-    /// (Not run on the code before the fix: its `Metadata` held topics by value, so sharing
-    /// could not even be asked; what it did, a deep clone per hint, is what this excludes.)
     #[test]
     fn leader_hints_of_one_response_copy_only_the_hinted_topics() {
         let mut c = MetadataCache::default();

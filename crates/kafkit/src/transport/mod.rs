@@ -701,13 +701,14 @@ impl Transport {
             let mut md = Metadata::clone(&md);
             for name in topics.iter().filter(|t| !is_valid_topic_name(t)) {
                 if md.topic(name).is_none() {
-                    md.topics.push(Arc::new(crate::TopicMetadata {
-                        name: (*name).to_owned(),
-                        topic_id: kafkit_protocol::Uuid::default(),
-                        error_code: ErrorCode::INVALID_TOPIC_EXCEPTION,
-                        is_internal: false,
-                        partitions: Vec::new(),
-                    }));
+                    md.topics
+                        .push(Arc::new(crate::conn::metadata::TopicMetadata {
+                            name: (*name).to_owned(),
+                            topic_id: kafkit_protocol::Uuid::default(),
+                            error_code: ErrorCode::INVALID_TOPIC_EXCEPTION,
+                            is_internal: false,
+                            partitions: Vec::new(),
+                        }));
                 }
             }
             return Ok(Arc::new(md));
@@ -1081,7 +1082,7 @@ impl Transport {
     fn addr_of(&self, node: i32) -> Option<String> {
         let from_md = self
             .cached_metadata()
-            .and_then(|md| md.broker(node).map(crate::Broker::addr));
+            .and_then(|md| md.broker(node).map(crate::conn::metadata::Broker::addr));
         from_md.or_else(|| lock(&self.inner.coordinator_addrs).get(&node).cloned())
     }
 
@@ -1336,7 +1337,7 @@ impl Transport {
         if !code.is_ok() {
             return Err(Error::broker("FindCoordinator", code, message));
         }
-        let addr = crate::Broker {
+        let addr = crate::conn::metadata::Broker {
             node_id,
             host,
             port,
@@ -1899,7 +1900,7 @@ mod tests {
             ":9092",
             "host:",
             "a:b",
-            // Issue: these were taken.
+            // Not host:port, though each has a colon.
             "http://x:9092",
             "SASL_SSL://broker:9093",
             "::1:9092",

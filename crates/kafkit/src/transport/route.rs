@@ -229,7 +229,7 @@ mod tests {
     use super::*;
     use kafkit_protocol::{ApiKey, Routing};
 
-    /// Issue 32: an OffsetCommit with a topic lacking its id (the admin client's) stays at v9;
+    /// An OffsetCommit with a topic lacking its id (the admin client's) stays at v9;
     /// one with every id (a group member's) may go at v10.
     #[test]
     fn offset_commit_goes_at_v10_only_with_every_topic_id() {

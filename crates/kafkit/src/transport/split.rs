@@ -1,4 +1,4 @@
-//! Split and merge: requests whose parts belong to different brokers (issue 6).
+//! Split and merge: requests whose parts belong to different brokers.
 //!
 //! A split request is a list of *items* (a topic-partition with its data, a group, a config
 //! resource) plus top-level fields (acks, timeouts, flags). Each item has a [`Route`]: the leader

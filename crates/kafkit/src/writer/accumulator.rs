@@ -363,7 +363,11 @@ impl State {
 
     /// Records what `md` says of `t`: its partition count (which only grows), its topic id,
     /// and which partitions have a leader among the listed brokers.
-    pub(crate) fn set_topic_metadata(&mut self, t: &crate::TopicMetadata, md: &crate::Metadata) {
+    pub(crate) fn set_topic_metadata(
+        &mut self,
+        t: &crate::conn::metadata::TopicMetadata,
+        md: &crate::conn::metadata::Metadata,
+    ) {
         if !t.error_code.is_ok() {
             return;
         }
@@ -522,7 +526,7 @@ impl State {
                             self.unlist(id);
                         }
                     }
-                    return Err(crate::Error::from(e).into());
+                    return Err(crate::error::Error::from(e).into());
                 }
             };
         self.buffered_records += 1;

@@ -204,7 +204,7 @@ pub(super) mod tests {
             .build()
             .expect("transport");
         let b = Writer::builder(t)
-            .acks(crate::Acks::Leader)
+            .acks(crate::conn::produce::Acks::Leader)
             .enable_idempotence(false)
             .on_completion(|_, _| {});
         super::offline_writer(b, 1, 1).expect("offline writer")
@@ -214,10 +214,10 @@ pub(super) mod tests {
     pub(crate) fn append(
         inner: &std::sync::Arc<super::Inner>,
         n: usize,
-    ) -> Vec<crate::DeliveryFuture> {
+    ) -> Vec<crate::writer::DeliveryFuture> {
         (0..n)
             .map(|_| {
-                let r = crate::ProducerRecordRef::to_default_topic(b"value");
+                let r = crate::writer::ProducerRecordRef::to_default_topic(b"value");
                 let p = inner.prepare(r.partition(0), true).expect("prepared");
                 inner.try_acquire(p.cost).expect("buffer space");
                 inner
@@ -247,7 +247,7 @@ pub(super) mod tests {
         assert_eq!(stats.requests, 1);
     }
 
-    /// Issue 17: an answered batch's in-flight mark held its shared slot when the batch ended,
+    /// An answered batch's in-flight mark held its shared slot when the batch ended,
     /// so no slot was ever reused (an allocation per batch). Once the futures are gone, the
     /// next batch is made of the slot and the buffer of the one that ended.
     #[test]

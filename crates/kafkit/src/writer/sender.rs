@@ -487,7 +487,7 @@ fn produce_version(
                 api: ApiKey::Produce,
                 ours: VersionRange {
                     min,
-                    max: crate::conn::versions::client_max_for::<ProduceRequest>(),
+                    max: crate::ops::versions::client_max_for::<ProduceRequest>(),
                 },
                 broker: conn.broker_versions().get(ApiKey::Produce),
             }
@@ -541,7 +541,7 @@ mod tests {
     fn mock_writer(
         topic: &str,
         partitions: i32,
-        settings: impl FnOnce(crate::WriterBuilder) -> crate::WriterBuilder,
+        settings: impl FnOnce(crate::writer::WriterBuilder) -> crate::writer::WriterBuilder,
     ) -> (
         rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
         Writer,
@@ -653,7 +653,7 @@ mod tests {
 
     /// The send futures, borrowed forms included, can be spawned (they are `Send`).
     #[allow(dead_code)]
-    fn send_futures_are_send(w: &Writer, r: crate::ProducerRecordRef<'_>) {
+    fn send_futures_are_send(w: &Writer, r: crate::writer::ProducerRecordRef<'_>) {
         fn is_send<T: Send>(_: &T) {}
         is_send(&w.send_ref(r));
         is_send(&w.send_detached_ref(r));

@@ -531,7 +531,7 @@ impl<'a> Settling<'a> {
 mod tests {
     use std::time::Duration;
 
-    use crate::ProduceError;
+    use crate::writer::ProduceError;
     use crate::writer::bench::tests::{append, offline};
 
     /// An answer of `topics`, each with its partitions' entries (base offset = 100 x

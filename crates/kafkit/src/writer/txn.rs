@@ -35,10 +35,10 @@ use super::batch::PartId;
 use super::inner::Inner;
 use super::router::{ProducerIdError, ask_producer_id};
 use super::txn_state::{Txn, code_error};
-use crate::conn::versions::client_max_for;
 use crate::error::Error;
 use crate::error::produce::{TransactionError, TransactionPhase};
 use crate::ops::offsets::{ConsumerGroupMetadata, OffsetAndMetadata};
+use crate::ops::versions::client_max_for;
 use crate::transport::{ConnKind, CoordinatorType};
 
 /// The error of a call whose request failed without an answer `e`: a timeout when retrying
@@ -341,7 +341,7 @@ impl Writer {
     }
 
     /// Aborts the open transaction (Java `abortTransaction`): records not sent yet fail at
-    /// once with [`ProduceError::TransactionAborted`] (each reaches its caller's future and
+    /// once with [`ProduceError::TransactionAborted`](crate::error::produce::ProduceError::TransactionAborted) (each reaches its caller's future and
     /// callback), records in flight get their outcome, then EndTxn(abort) makes the
     /// coordinator write abort markers (`read_committed` readers never see the records), and,
     /// when the producer's sequences broke (KIP-360), InitProducerId with the current id and
@@ -1139,7 +1139,7 @@ mod tests {
         assert!(!use_transaction_v2(Some(2), (11, 5, 5), all));
         assert!(!use_transaction_v2(Some(2), (12, 4, 5), all));
         // The client's version table (ops/versions.rs) allows it.
-        use crate::conn::versions::client_max_for;
+        use crate::ops::versions::client_max_for;
         use kafkit_protocol::messages;
         let ours = (
             client_max_for::<messages::ProduceRequest>(),

@@ -326,7 +326,7 @@ mod tests {
         );
     }
 
-    /// Issue 31 item 19. After `commit_transaction` timed out (the state stays
+    /// After `commit_transaction` timed out (the state stays
     /// `CommittingTransaction`) the commit must be called again: `abort_transaction` is refused,
     /// as Java refuses it ("the previous call to commitTransaction timed out and must be
     /// retried"). The EndTxn(commit) may have reached the coordinator; an abort would then be

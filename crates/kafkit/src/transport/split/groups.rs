@@ -412,7 +412,7 @@ mod tests {
         g
     }
 
-    /// Issue 32: OffsetFetch v10 names topics by id only, so a group asking for every topic
+    /// OffsetFetch v10 names topics by id only, so a group asking for every topic
     /// (the answer would carry ids only) or naming a topic without its id stays at v9.
     #[test]
     fn offset_fetch_goes_at_v10_only_with_every_topic_id() {

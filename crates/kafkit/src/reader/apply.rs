@@ -2,8 +2,8 @@
 //! (a Fetch answer's partition, the one place a fetch answer moves a cursor) and `truncated`
 //! (the KIP-320 truncation decision, for validation answers and Fetch answers with a diverging
 //! epoch alike). Both run under the Reader's state lock and leave what must happen outside it
-//! in a [`Followup`]. Imports `cursor.rs`, `config.rs`, `stats.rs`, the source's
-//! `Planned`/`Answer` and `crate::error`; never the facade or `shared.rs`.
+//! in a [`Followup`]. Imports `cursor.rs`, `config.rs`, `stats.rs`, `work.rs` (`Planned`,
+//! `Answer`, `Followup`) and `crate::error`; never the facade, `shared.rs` or a task file.
 
 use std::sync::Arc;
 
@@ -12,25 +12,10 @@ use tokio::time::Instant;
 
 use super::config::{AutoOffsetReset, Config};
 use super::cursor::{Cursor, CursorState, Position, StartOffset, State};
-use super::source::{Answer, Planned};
 use super::stats::Counters;
+use super::work::{Answer, Followup, Planned};
 use crate::error::Error;
 use crate::error::reader::ReaderError;
-
-/// What `apply` leaves to do after the lock is released.
-#[derive(Debug, Default)]
-pub(crate) struct Followup {
-    /// KIP-951 leader hints for the transport's cache: (topic, partition, leader, epoch).
-    pub(crate) hints: Vec<(Arc<str>, i32, i32, i32)>,
-    /// Node endpoints of the answer (KIP-951), for the hints.
-    pub(crate) metadata_stale: bool,
-    /// The manager has work (routes, resets, validations).
-    pub(crate) wake_manager: bool,
-    /// Brokers that now serve partitions (sources to start or wake).
-    pub(crate) nodes: Vec<i32>,
-    /// Records were queued.
-    pub(crate) queued: bool,
-}
 
 /// `apply` for one partition, under the lock: the one place a fetch answer changes a cursor.
 pub(crate) fn apply_one(

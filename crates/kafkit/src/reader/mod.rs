@@ -8,11 +8,12 @@
 //! behind the lock and the version barrier), `apply.rs` (how an answer changes a cursor:
 //! `apply_one`, `truncated`), `source.rs` (the per-broker fetch task: plan, build, send, decode),
 //! `session.rs` (KIP-227 fetch sessions), `offsets.rs` (the manager task: leaders, resets, KIP-320
-//! validation), `record.rs` (what is handed out), `stats.rs`; the errors are in `error/reader.rs`.
-//! The children import `shared.rs` and each other, never this file (the builder in `config.rs`
-//! aside, which builds the facade). The batches of an answer are walked by `conn/records.rs`'s
-//! walker with `conn/aborted.rs`'s `read_committed` filter, the same walker `Conn::fetch_multi`
-//! uses.
+//! validation), `work.rs` (what the phases hand one another: plans, answers, the manager's work,
+//! follow-ups), `record.rs` (what is handed out), `stats.rs`; the errors are in
+//! `error/reader.rs`. The children import `shared.rs` and each other, never this file (the
+//! builder in `config.rs` aside, which builds the facade). The batches of an answer are walked
+//! by `conn/records.rs`'s walker with `conn/aborted.rs`'s `read_committed` filter, the same
+//! walker `Conn::fetch_multi` uses.
 //!
 //! Lock order: the Reader's state lock (`Shared::state`) is taken alone and never held across
 //! an `.await`; the tasks lock (`Shared::tasks`: sources, connections) is taken after it is
@@ -28,6 +29,7 @@ mod session;
 mod shared;
 mod source;
 mod stats;
+mod work;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -458,7 +460,7 @@ impl futures_core::Stream for Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reader::source::Plan;
+    use crate::reader::work::Plan;
 
     /// A reader (never started) with partitions 0 and 1 of `t` led by broker 1, both at
     /// fetch offset 100.

@@ -20,10 +20,11 @@ use kafkit_protocol::messages::{
 };
 use tokio::time::Instant;
 
-use super::apply::{Check, EpochEnd, Followup, truncated};
+use super::apply::{Check, EpochEnd, truncated};
 use super::config::Config;
 use super::cursor::{Cursor, CursorState, Position, State};
 use super::shared::Shared;
+use super::work::{Followup, ResetItem, ValidateItem};
 use crate::conn::metadata::{Metadata, TopicMetadata};
 use crate::error::Error;
 use crate::error::reader::ReaderError;
@@ -33,40 +34,6 @@ use crate::transport::Backoff;
 /// Every this often the manager looks at fresh-enough metadata for every assigned topic
 /// (leaders that moved without an error, re-created topics), as the Writer's router does.
 const PERIODIC: Duration = Duration::from_secs(30);
-
-/// A partition awaiting an offset reset.
-#[derive(Debug)]
-pub(crate) struct ResetItem {
-    pub(crate) topic: Arc<str>,
-    pub(crate) partition: i32,
-    pub(crate) spec: OffsetSpec,
-    pub(crate) version: u64,
-    pub(crate) leader_epoch: i32,
-}
-
-/// A partition awaiting validation.
-#[derive(Debug)]
-pub(crate) struct ValidateItem {
-    pub(crate) topic: Arc<str>,
-    pub(crate) partition: i32,
-    pub(crate) version: u64,
-    pub(crate) leader_epoch: i32,
-    pub(crate) last_epoch: i32,
-}
-
-/// What one manager round has to do.
-#[derive(Debug, Default)]
-pub(crate) struct Work {
-    pub(crate) id: u64,
-    pub(crate) route: Vec<Arc<str>>,
-    pub(crate) resets: Vec<ResetItem>,
-    pub(crate) validations: Vec<ValidateItem>,
-    /// The earliest backoff end among cursors with work.
-    pub(crate) next_due: Option<Instant>,
-    /// A preferred read replica missing from metadata: `route` every topic with metadata
-    /// asked afresh (the brokers listed may have changed).
-    pub(crate) replica_lookup: bool,
-}
 
 /// A partition's ListOffsets or OffsetForLeaderEpoch answer is a retriable code: back off, and
 /// when the code says the leader is `stale`, forget it and ask for fresh metadata.

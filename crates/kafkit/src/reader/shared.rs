@@ -2,7 +2,8 @@
 //! (`source.rs`) and the manager (`offsets.rs`) share, with the phases that run under its lock
 //! (`plan`, `release`, `apply`, `manager_work`, `poll_take`) and `follow`, which carries out
 //! outside it what they leave to do. The cursors themselves are in `cursor.rs`, the per-cursor
-//! answer rules in `apply.rs`. Imports its siblings, `conn` and `transport`; never the facade.
+//! answer rules in `apply.rs`, what the phases hand one another in `work.rs`. Imports its
+//! siblings, `conn` and `transport`; never the facade.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,14 +14,15 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::apply::{self, Followup};
+use super::apply;
 use super::config::Config;
 use super::cursor::{Cursor, CursorState, State, TopicCursors};
-use super::offsets::{self, ResetItem, ValidateItem, Work};
+use super::offsets;
 use super::record::{self, PartitionRecords};
 use super::session;
-use super::source::{self, Answer, Plan, Planned};
+use super::source;
 use super::stats::Counters;
+use super::work::{Answer, Followup, Plan, Planned, ResetItem, ValidateItem, Work};
 use crate::conn::Conn;
 use crate::error::reader::ReaderError;
 use crate::error::{Error, Result};

@@ -25,9 +25,10 @@ use tracing::Instrument;
 
 use super::config::Config;
 use super::cursor::Position;
-use super::record::{Barrier, PartitionRecords, Span};
+use super::record::{PartitionRecords, Span};
 use super::session::{FetchSession, Outcome, PartData, PartKey, SessionRequest};
 use super::shared::Shared;
+use super::work::{Answer, Plan, Planned};
 use crate::conn::Conn;
 use crate::conn::aborted::AbortedFilter;
 use crate::conn::records::walk_batches;
@@ -40,57 +41,6 @@ use crate::transport::Transport;
 
 /// Fetch v13 is the first to name topics by id (KIP-516).
 const FIRST_TOPIC_ID_VERSION: i16 = 13;
-
-/// One partition of a planned Fetch.
-#[derive(Debug, Clone)]
-pub(crate) struct Planned {
-    pub(crate) topic: Arc<str>,
-    pub(crate) topic_id: Uuid,
-    pub(crate) partition: i32,
-    /// The cursor's version when planned.
-    pub(crate) version: u64,
-    pub(crate) data: PartData,
-    /// The epoch of the last record before `data.fetch_offset`.
-    pub(crate) last_epoch: Option<i32>,
-    /// Whether this broker is the partition's preferred read replica (not its leader).
-    pub(crate) from_replica: bool,
-    pub(crate) barrier: Barrier,
-}
-
-/// What a round does.
-pub(crate) enum Plan {
-    /// Fetch these partitions under request id `id`.
-    Fetch { id: u64, parts: Vec<Planned> },
-    /// Nothing to fetch: wait for a wake-up, at most until then.
-    Wait(Option<Instant>),
-    /// The reader is closed.
-    Stop,
-}
-
-/// One partition of an answer, decoded outside the lock.
-#[derive(Debug)]
-pub(crate) struct Answer {
-    pub(crate) error: ErrorCode,
-    pub(crate) high_watermark: i64,
-    pub(crate) last_stable_offset: i64,
-    pub(crate) log_start_offset: i64,
-    pub(crate) preferred_read_replica: i32,
-    /// KIP-951 `current_leader`: (leader id, leader epoch), -1 when absent.
-    pub(crate) current_leader: (i32, i32),
-    /// KIP-320 `diverging_epoch` (Fetch v12+): (epoch, end offset) when the broker saw the
-    /// last fetched epoch diverge from its log.
-    pub(crate) diverging: Option<(i32, i64)>,
-    pub(crate) records: Option<PartitionRecords>,
-    /// The position after the whole batches read.
-    pub(crate) next: Position,
-    /// A batch that did not decode, with its offset.
-    pub(crate) decode_error: Option<(i64, RecordsError)>,
-    /// Bytes came back but not one whole batch, from a broker before KIP-74.
-    pub(crate) too_large: bool,
-    /// A batch did not fit the decoded-memory budget that the answer's earlier partitions
-    /// left: it and the rest wait for the next Fetch (from `next`).
-    pub(crate) deferred: bool,
-}
 
 /// The source task of broker `node`.
 pub(crate) async fn run(shared: Arc<Shared>, node: i32, wake: Arc<Notify>) {
@@ -717,8 +667,10 @@ fn partition_records(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reader::apply::{Followup, apply_one};
+    use crate::reader::apply::apply_one;
     use crate::reader::cursor::{CursorState, State};
+    use crate::reader::record::Barrier;
+    use crate::reader::work::Followup;
     use bytes::BytesMut;
     use kafkit_protocol::records::{ControlRecordType, RecordBatchEncoder, RecordBatchOptions};
     use std::sync::atomic::AtomicU64;

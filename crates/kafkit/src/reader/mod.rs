@@ -10,10 +10,13 @@
 //! `session.rs` (KIP-227 fetch sessions), `offsets.rs` (the manager task: leaders, resets, KIP-320
 //! validation), `work.rs` (what the phases hand one another: plans, answers, the manager's work,
 //! follow-ups), `record.rs` (what is handed out), `stats.rs`; the errors are in
-//! `error/reader.rs`. The children import `shared.rs` and each other, never this file (the
-//! builder in `config.rs` aside, which builds the facade). The batches of an answer are walked
-//! by `conn/records.rs`'s walker with `conn/aborted.rs`'s `read_committed` filter, the same
-//! walker `Conn::fetch_multi` uses.
+//! `error/reader.rs`. The children point one way: the task files (`source.rs`, `offsets.rs`)
+//! import `shared.rs` and `work.rs` (the manager also `apply.rs`'s `truncated`); `shared.rs`
+//! imports `apply.rs` and `work.rs`, never a task file: this file hands the engine its tasks
+//! (`TaskFns`), as the writer's facade does. None imports this file (the builder in
+//! `config.rs` aside, which builds the facade). The batches of an answer are walked by
+//! `conn/records.rs`'s walker with `conn/aborted.rs`'s `read_committed` filter, the same walker
+//! `Conn::fetch_multi` uses.
 //!
 //! Lock order: the Reader's state lock (`Shared::state`) is taken alone and never held across
 //! an `.await`; the tasks lock (`Shared::tasks`: sources, connections) is taken after it is
@@ -46,7 +49,7 @@ pub use crate::error::reader::ReaderError;
 use self::config::Config;
 use self::cursor::CursorState;
 pub(crate) use self::record::{Barrier, ConsumerRecords};
-use self::shared::Shared;
+use self::shared::{Shared, TaskFns};
 use self::stats::Counters;
 use crate::error::{Error, Result};
 use crate::ops::offsets::IsolationLevel;
@@ -101,6 +104,16 @@ impl std::fmt::Debug for Reader {
     }
 }
 
+/// The engine's tasks ([`TaskFns`]): the manager, one source per broker, and the closing of a
+/// broker's fetch session.
+static TASKS: TaskFns = TaskFns {
+    manager: |shared| Box::pin(offsets::run(shared)),
+    source: |shared, node, wake| Box::pin(source::run(shared, node, wake)),
+    close_session: |transport, node, session_id| {
+        Box::pin(source::close_session(transport, node, session_id))
+    },
+};
+
 impl Reader {
     /// A builder for a Reader on `transport` (see [`ReaderBuilder`] for every setting).
     pub fn builder(transport: Transport) -> ReaderBuilder {
@@ -109,7 +122,7 @@ impl Reader {
 
     pub(crate) fn new(transport: Transport, config: Config) -> Reader {
         Reader {
-            shared: Arc::new(Shared::new(transport, config)),
+            shared: Arc::new(Shared::new(transport, config, &TASKS)),
             current: None,
         }
     }

@@ -2,8 +2,10 @@
 //! (`source.rs`) and the manager (`offsets.rs`) share, with the phases that run under its lock
 //! (`plan`, `release`, `apply`, `manager_work`, `poll_take`) and `follow`, which carries out
 //! outside it what they leave to do. The cursors themselves are in `cursor.rs`, the per-cursor
-//! answer rules in `apply.rs`, what the phases hand one another in `work.rs`. Imports its
-//! siblings, `conn` and `transport`; never the facade.
+//! answer rules in `apply.rs`, what the phases hand one another in `work.rs`. The tasks it
+//! starts reach it as functions the facade hands in ([`TaskFns`]). Imports the state and
+//! vocabulary below it (`apply.rs`, `work.rs`, `cursor.rs`, ...), `conn` and `transport`;
+//! never a task file (`source.rs`, `offsets.rs`) nor the facade.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,10 +19,8 @@ use tokio::time::Instant;
 use super::apply;
 use super::config::Config;
 use super::cursor::{Cursor, CursorState, State, TopicCursors};
-use super::offsets;
 use super::record::{self, PartitionRecords};
 use super::session;
-use super::source;
 use super::stats::Counters;
 use super::work::{Answer, Followup, Plan, Planned, ResetItem, ValidateItem, Work};
 use crate::conn::Conn;
@@ -28,6 +28,20 @@ use crate::error::reader::ReaderError;
 use crate::error::{Error, Result};
 use crate::ops::offsets::IsolationLevel;
 use crate::transport::Transport;
+
+/// A task's future, boxed: its type is the task file's.
+pub(super) type TaskFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// The Reader's tasks, as the facade (`mod.rs`) wires them: the engine starts them without
+/// naming the task files (`source.rs`, `offsets.rs`), which import this one.
+pub(super) struct TaskFns {
+    /// The manager (once per Reader, on first use).
+    pub(super) manager: fn(Arc<Shared>) -> TaskFuture,
+    /// One broker's source, woken through its `Notify`.
+    pub(super) source: fn(Arc<Shared>, i32, Arc<Notify>) -> TaskFuture,
+    /// Closes the fetch session (node, session id) a broker holds for us, on close.
+    pub(super) close_session: fn(Transport, i32, i32) -> TaskFuture,
+}
 
 /// What the Reader's tasks and its facade share.
 pub(crate) struct Shared {
@@ -37,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) manager_wake: Notify,
     tasks: Mutex<Tasks>,
+    /// The Reader's tasks, started from here ([`TaskFns`]).
+    task_fns: &'static TaskFns,
 }
 
 /// The Reader's tasks and fetch connections.
@@ -58,7 +74,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(super) fn new(transport: Transport, config: Config) -> Shared {
+    pub(super) fn new(transport: Transport, config: Config, task_fns: &'static TaskFns) -> Shared {
         Shared {
             transport,
             config,
@@ -66,6 +82,7 @@ impl Shared {
             counters: Counters::default(),
             manager_wake: Notify::new(),
             tasks: Mutex::new(Tasks::default()),
+            task_fns,
         }
     }
 
@@ -81,7 +98,7 @@ impl Shared {
         }
         let handle = Handle::try_current()
             .map_err(|_| Error::Config("Reader::assign needs a tokio runtime".into()))?;
-        tasks.manager = Some(handle.spawn(offsets::run(Arc::clone(self))));
+        tasks.manager = Some(handle.spawn((self.task_fns.manager)(Arc::clone(self))));
         tasks.runtime = Some(handle);
         Ok(())
     }
@@ -103,7 +120,11 @@ impl Shared {
                 Some((wake, task)) if !task.is_finished() => wake.notify_one(),
                 _ => {
                     let wake = Arc::new(Notify::new());
-                    let task = rt.spawn(source::run(Arc::clone(self), node, Arc::clone(&wake)));
+                    let task = rt.spawn((self.task_fns.source)(
+                        Arc::clone(self),
+                        node,
+                        Arc::clone(&wake),
+                    ));
                     tasks.sources.insert(node, (wake, task));
                 }
             }
@@ -171,7 +192,7 @@ impl Shared {
         let sessions = std::mem::take(&mut tasks.sessions);
         if let Some(rt) = &tasks.runtime {
             for (node, session_id) in sessions {
-                rt.spawn(source::close_session(
+                rt.spawn((self.task_fns.close_session)(
                     self.transport.clone(),
                     node,
                     session_id,

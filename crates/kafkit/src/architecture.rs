@@ -610,3 +610,166 @@ fn function_lengths_skip_tests_and_declarations() {
         vec![("short".to_string(), 5, 3), ("after".to_string(), 13, 3)]
     );
 }
+
+/// `code` without its `#[cfg(test)]` modules (their `super::` paths name the file itself, and
+/// tests may reach anywhere).
+fn without_test_modules(code: &str) -> String {
+    let b = code.as_bytes();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    while let Some(at) = code[i..].find("#[cfg(test)]") {
+        let start = i + at;
+        out.push_str(&code[i..start]);
+        let after = start + "#[cfg(test)]".len();
+        let rest = code[after..].trim_start();
+        let open = rest
+            .starts_with("mod ")
+            .then(|| rest.find(['{', ';']))
+            .flatten()
+            .map(|o| after + (code[after..].len() - rest.len()) + o)
+            .filter(|&o| b[o] == b'{');
+        i = match open.and_then(|o| matching_brace(b, o)) {
+            Some(close) => close + 1,
+            None => {
+                out.push_str("#[cfg(test)]");
+                after
+            }
+        };
+    }
+    out.push_str(&code[i..]);
+    out
+}
+
+/// The first segments after each `prefix` in `code` (`prefix` being `super::` or
+/// `crate::reader::`), a use tree's group giving one per member. A `super::` followed by
+/// another `super` leaves the folder and is skipped.
+fn heads_after(code: &str, prefix: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find(prefix) {
+        let abs = from + at;
+        from = abs + prefix.len();
+        let before = code[..abs].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let rest = &code[from..];
+        if let Some(body) = rest.trim_start().strip_prefix('{') {
+            found.extend(group_heads(body).into_iter().map(str::to_string));
+        } else {
+            found.push(ident(rest).to_string());
+        }
+    }
+    found.retain(|h| !h.is_empty() && h != "super" && h != "self");
+    found
+}
+
+/// The circles among the files of one folder (`mod.rs` and the folder's parent left out: a
+/// facade wires its children, and a child may name the facade it builds). `files` maps each
+/// child file's module name to its code.
+fn sibling_circle(folder: &str, files: &BTreeMap<String, String>) -> Option<Vec<String>> {
+    let names: BTreeSet<&str> = files.keys().map(String::as_str).collect();
+    let crate_prefix = format!("crate::{}::", folder.replace('/', "::"));
+    let edges: BTreeMap<&str, BTreeSet<String>> = files
+        .iter()
+        .map(|(name, code)| {
+            let mut to: BTreeSet<String> = heads_after(code, "super::").into_iter().collect();
+            to.extend(heads_after(code, &crate_prefix));
+            to.retain(|t| t != name && names.contains(t.as_str()));
+            (name.as_str(), to)
+        })
+        .collect();
+    fn visit<'a>(
+        n: &'a str,
+        edges: &'a BTreeMap<&'a str, BTreeSet<String>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(k) = path.iter().position(|p| *p == n) {
+            let mut circle: Vec<String> = path[k..].iter().map(|s| s.to_string()).collect();
+            circle.push(n.to_string());
+            return Some(circle);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n);
+        for m in &edges[n] {
+            if let Some(c) = visit(m, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n);
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges
+        .keys()
+        .find_map(|n| visit(n, &edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_circle_among_the_files_of_a_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    // Folder (relative to src/, "/"-separated) -> child module name -> its code.
+    let mut folders: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for path in &files {
+        let rel = path.strip_prefix(&src).expect("under src/");
+        let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) else {
+            continue;
+        };
+        let Some(name) = rel.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if name == "mod" {
+            continue;
+        }
+        let code = without_test_modules(&code_only(&std::fs::read_to_string(path).expect("read")));
+        let folder = parent.to_str().expect("utf-8 path").replace('\\', "/");
+        folders
+            .entry(folder)
+            .or_default()
+            .insert(name.to_string(), code);
+    }
+    let circles: Vec<String> = folders
+        .iter()
+        .filter_map(|(folder, files)| {
+            sibling_circle(folder, files).map(|c| format!("\n  {folder}/: {}", c.join(" -> ")))
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "import circles among a module's files:{}",
+        circles.concat()
+    );
+}
+
+#[test]
+fn the_sibling_check_finds_a_circle_and_ignores_tests() {
+    let files = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(n, c)| (n.to_string(), without_test_modules(&code_only(c))))
+            .collect()
+    };
+    let circle = files(&[
+        ("a", "use super::b::X;"),
+        ("b", "use crate::w::{c::Y, mod_x};"),
+        ("c", "fn f() { super::a::g(); }"),
+    ]);
+    assert_eq!(
+        sibling_circle("w", &circle),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    let line = files(&[
+        ("a", "use super::b::X;"),
+        (
+            "b",
+            "use super::super::a::Z; // leaves the folder\n#[cfg(test)]\nmod tests {\n    use super::super::a::T;\n}",
+        ),
+    ]);
+    assert_eq!(sibling_circle("w", &line), None);
+}

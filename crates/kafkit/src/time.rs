@@ -52,6 +52,12 @@ pub(crate) fn wire_ms(wait: Duration) -> i32 {
     i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
 }
 
+/// A time span in whole milliseconds for one of the protocol's int64 fields (a transaction
+/// duration filter, a delegation token's period), saturating at `i64::MAX`.
+pub(crate) fn wire_ms_i64(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// A time span in whole milliseconds, saturating at `u64::MAX` (the unit of the retry clock
 /// and of the transport's timeouts).
 pub(crate) fn millis(d: Duration) -> u64 {

@@ -126,7 +126,7 @@ impl CreateDelegationTokenOptions {
 
 /// A period as the `i64` ms of the token requests: `None` is -1 (the broker's default).
 fn period_ms(period: Option<Duration>) -> i64 {
-    period.map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    period.map_or(-1, crate::time::wire_ms_i64)
 }
 
 /// The CreateDelegationToken request for `options`.

@@ -257,7 +257,7 @@ pub(crate) fn list_transactions_request(
         .with_producer_id_filters(options.producer_ids.clone())
         .with_transactional_id_pattern(options.transactional_id_pattern.clone());
     if let Some(d) = options.longer_than {
-        req.duration_filter = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        req.duration_filter = crate::time::wire_ms_i64(d);
     }
     Ok(req)
 }

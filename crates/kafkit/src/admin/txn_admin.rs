@@ -104,7 +104,7 @@ impl AbortTransactionSpec {
 pub(crate) fn fence_request(transactional_id: &str, timeout: Duration) -> InitProducerIdRequest {
     InitProducerIdRequest::default()
         .with_transactional_id(Some(transactional_id.to_owned()))
-        .with_transaction_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+        .with_transaction_timeout_ms(crate::time::wire_ms(timeout))
         .with_producer_id(-1)
         .with_producer_epoch(-1)
 }

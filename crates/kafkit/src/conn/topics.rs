@@ -46,7 +46,7 @@ impl Conn {
         let version = self.version_for::<CreateTopicsRequest>(None)?;
         let wait = self.request_timeout();
         let sent = send.iter().map(|t| t.name.clone()).collect();
-        let req = create_topics_request(send, validate_only, broker_timeout_ms(wait));
+        let req = create_topics_request(send, validate_only, crate::time::wire_ms(wait));
         let resp = self.request_at(&req, version, wait).await?;
         let answered = create_topics_results(sent, resp);
         Ok(merge_create_results(names, refused, answered))
@@ -70,13 +70,8 @@ impl Conn {
         check_distinct("topic", &names)?;
         let version = self.version_for::<DeleteTopicsRequest>(None)?;
         let wait = self.request_timeout();
-        let req = delete_topics_request(&names, version, broker_timeout_ms(wait));
+        let req = delete_topics_request(&names, version, crate::time::wire_ms(wait));
         let resp = self.request_at(&req, version, wait).await?;
         Ok(delete_topics_results(names, resp))
     }
-}
-
-/// A broker-side wait (the `timeout_ms` field of CreateTopics and DeleteTopics) in ms.
-fn broker_timeout_ms(wait: std::time::Duration) -> i32 {
-    i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
 }

@@ -227,12 +227,12 @@ impl Shared {
     /// How long since the application last polled.
     pub(crate) fn since_poll(&self) -> Duration {
         let last = self.last_poll_ms.load(Ordering::Acquire);
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now = crate::time::millis(self.epoch.elapsed());
         Duration::from_millis(now.saturating_sub(last))
     }
 
     pub(super) fn note_poll(&self) {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now = crate::time::millis(self.epoch.elapsed());
         self.last_poll_ms.store(now, Ordering::Release);
         self.polled.notify_waiters();
     }

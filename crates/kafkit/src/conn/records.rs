@@ -1,6 +1,6 @@
 //! Glue between the client and `kafkit_protocol::records`: one batch per produce entry, and
 //! the records of a fetch response (the one batch walker, shared by the Reader and
-//! `Conn::fetch_multi`). Imports `kafkit_protocol`, `aborted.rs` and `crate::error` only.
+//! `Conn::fetch_multi`). Imports `kafkit_protocol`, `aborted.rs`, `crate::error` and `crate::time` only.
 
 use bytes::{Bytes, BytesMut};
 use kafkit_compress::CompressionConfig;

@@ -279,6 +279,23 @@ mod tests {
         assert_eq!(values(&out), vec![5, 8]);
     }
 
+    /// A batch repeated in one answer (or one overlapping what was already walked) gives its
+    /// records once: the walker skips a batch that ends at or before the position it reached,
+    /// as the Java consumer skips records below its next fetch offset.
+    #[test]
+    fn a_repeated_batch_gives_its_records_once() {
+        let mut buf = BytesMut::new();
+        batch(&mut buf, 0, None, None, 3);
+        batch(&mut buf, 0, None, None, 3);
+        batch(&mut buf, 3, None, None, 2);
+        let mut out = Vec::new();
+        assert_eq!(
+            decode_records(&buf.freeze(), 1, None, &mut out, &mut unbounded()).unwrap(),
+            5
+        );
+        assert_eq!(values(&out), vec![1, 2, 3, 4]);
+    }
+
     #[test]
     fn negative_timestamps_become_now() {
         let mut buf = BytesMut::new();

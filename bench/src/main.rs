@@ -132,6 +132,12 @@ struct ProducerArgs {
     /// Clients to run, in this order (default: ours then rdkafka).
     #[arg(long, value_enum, value_delimiter = ',')]
     clients: Vec<Client>,
+    /// Senders at once: tokio tasks sharing one Writer (ours), OS threads sharing one
+    /// librdkafka producer (record `i` is sent by sender `i % tasks`). A list (`1,2,4,8,16`)
+    /// runs every case once per count, for each client, and adds the scaling table (and with
+    /// `--svg` its charts); the `txn` case always sends from one.
+    #[arg(long, value_delimiter = ',', default_values_t = [1])]
+    tasks: Vec<u64>,
     #[command(flatten)]
     settings: Settings,
 }
@@ -210,10 +216,6 @@ pub struct Settings {
     /// Codec of every batch, the same for both clients [compression.type].
     #[arg(long, value_enum, default_value_t = Codec::None)]
     pub compression: Codec,
-    /// Tasks sending at once (this project's Writer only: record `i` is sent by task
-    /// `i % tasks`; librdkafka is always fed by one thread).
-    #[arg(long, default_value_t = 1)]
-    pub tasks: u64,
     /// This project's Writer only: `send` each record and drop its future, instead of
     /// `send_detached` (no future; the outcome reaches the completion callback, as librdkafka's
     /// delivery report).
@@ -278,6 +280,10 @@ pub struct Workload {
     /// acks=1 writes without idempotence.
     #[arg(long, default_value_t = 0)]
     pub txn_records: u64,
+    /// Senders at once: tokio tasks sharing one Writer (ours), OS threads sharing one producer
+    /// (librdkafka); record `i` is sent by sender `i % tasks`. The `txn` case sends from one.
+    #[arg(long, default_value_t = 1)]
+    pub tasks: u64,
     #[command(flatten)]
     /// Producer settings.
     pub settings: Settings,
@@ -307,7 +313,7 @@ impl Workload {
             ("--max-buffered-records", s.max_buffered_records.to_string()),
             ("--delivery-timeout-ms", s.delivery_timeout_ms.to_string()),
             ("--compression", s.compression.name().to_string()),
-            ("--tasks", s.tasks.to_string()),
+            ("--tasks", self.tasks.to_string()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
@@ -486,6 +492,8 @@ struct Row {
     case: Case,
     broker: String,
     client: Client,
+    /// Senders at once (tasks of ours, threads of librdkafka).
+    tasks: u64,
     partitions: i32,
     records: u64,
     /// The run's result, or why it failed.
@@ -507,7 +515,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
     if args.partitions <= 0
         || args.wide_partitions.iter().any(|p| *p <= 0)
         || args.settings.value_size == 0
-        || args.settings.tasks == 0
+        || args.tasks.contains(&0)
     {
         return Err(
             "--partitions, --wide-partitions, --value-size and --tasks must be positive".into(),
@@ -559,7 +567,13 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                 (m.bootstrap_servers(), "librdkafka mock (3 brokers)", p, n)
             }
         };
-        for &client in &clients {
+        // Every task count, each for every client in turn (so both clients of a count run
+        // under the same load); a transaction is the records in order, sent from one task.
+        let task_counts: &[u64] = if case == Case::Txn { &[1] } else { &args.tasks };
+        let each = task_counts
+            .iter()
+            .flat_map(|&t| clients.iter().map(move |&c| (t, c)));
+        for (tasks, client) in each {
             let topic = format!(
                 "bench-{}-{}-{}-{}",
                 case.name(),
@@ -568,7 +582,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                 rows.len()
             );
             eprintln!(
-                "kafkit-bench: {} / {}: {records} records to {topic} ({partitions} partitions)",
+                "kafkit-bench: {} / {} / {tasks} task(s): {records} records to {topic} ({partitions} partitions)",
                 case.name(),
                 client.name()
             );
@@ -582,6 +596,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                 } else {
                     0
                 },
+                tasks,
                 settings: args.settings.clone(),
             };
             let on_mock = mock.as_ref().filter(|_| case != Case::Tansu);
@@ -613,12 +628,17 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                     Ok(r)
                 });
             if let Err(e) = &result {
-                eprintln!("kafkit-bench: {} / {}: {e}", case.name(), client.name());
+                eprintln!(
+                    "kafkit-bench: {} / {} / {tasks} task(s): {e}",
+                    case.name(),
+                    client.name()
+                );
             }
             rows.push(Row {
                 case,
                 broker: broker.to_string(),
                 client,
+                tasks,
                 partitions,
                 records,
                 result,
@@ -809,7 +829,8 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
     println!(
         "Settings (both clients): value {} bytes, acks=1, compression {}, idempotence off, \
          linger {} ms, batch {} bytes / {} records, {} in flight per connection, \
-         buffer {} bytes / {} records; ours sends from {} task(s) with {} ({}).",
+         buffer {} bytes / {} records; each client sends from {} sender(s) (ours: tokio tasks \
+         sharing one Writer; librdkafka: threads sharing one producer), ours with {} ({}).",
         s.value_size,
         s.compression.name(),
         s.linger_ms,
@@ -818,7 +839,7 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
         s.max_in_flight,
         s.buffer_memory,
         s.max_buffered_records,
-        s.tasks,
+        task_list(&args.tasks),
         match (s.futures, s.owned) {
             (true, true) => "send (each future dropped)",
             (true, false) => "send_ref (each future dropped)",
@@ -848,15 +869,27 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
             .join(" ")
     );
     println!();
+    // A column of task counts only when the run had several (the one-count table is unchanged).
+    let by_tasks = args.tasks.len() > 1;
+    let (tasks_head, tasks_align) = if by_tasks {
+        (" tasks |", " ---: |")
+    } else {
+        ("", "")
+    };
     println!(
-        "| case | broker | client | partitions | records | time (s) | records/s | MB/s | CPU s (user + sys) | CPU µs / record | Produce requests | allocs / record | alloc bytes / record |"
+        "| case | broker | client |{tasks_head} partitions | records | time (s) | records/s | MB/s | CPU s (user + sys) | CPU µs / record | Produce requests | allocs / record | alloc bytes / record |"
     );
     println!(
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | --- | --- |{tasks_align} ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for row in rows {
+        let tasks = if by_tasks {
+            format!(" {} |", row.tasks)
+        } else {
+            String::new()
+        };
         let head = format!(
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} |{tasks} {} | {} |",
             row.case.name(),
             row.broker,
             row.client.name(),
@@ -900,6 +933,15 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
             Err(e) => println!("{head} failed: {} | | | | | | | |", e.replace('|', "/")),
         }
     }
+}
+
+/// `1,2,4`: the task counts as given.
+fn task_list(tasks: &[u64]) -> String {
+    tasks
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Writes the two charts of `rows` into `dir`: records/s and CPU µs per record against the

@@ -96,7 +96,7 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
             .map_err(|e| format!("init_transactions: {e}"))?;
     }
 
-    let tasks = if txn { 1 } else { w.settings.tasks.max(1) };
+    let tasks = if txn { 1 } else { w.tasks.max(1) };
     let warm = w.records / 10;
     // The steady state starts once `warm` records were sent: the tasks count what they sent
     // in steps of `COUNT_EVERY` (an atomic per record would be the bench's cost, counted as

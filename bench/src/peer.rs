@@ -1,6 +1,11 @@
 //! The peer side: librdkafka's producer (`rdkafka::producer::BaseProducer`, polled from the
 //! sending thread) with the same settings as the Writer.
 //!
+//! With `--tasks N` (N > 1), N OS threads send at once (record `i` by thread `i % N`), sharing
+//! the one producer (librdkafka's producer is thread-safe); each polls it as the single sender
+//! does (every 1,024 of its records, and while the queue is full). One sender runs on the calling
+//! thread, as before.
+//!
 //! Produce requests are counted by librdkafka itself: its statistics JSON has, per broker, a
 //! `req` map of requests sent by API name; the run sums `req["Produce"]` over every broker.
 
@@ -23,6 +28,9 @@ use crate::{RunResult, Workload};
 /// with every partition), so not too often; the final count is read from the first emission
 /// after the flush.
 const STATS_INTERVAL_MS: u64 = 1_000;
+
+/// Longest wait for a transaction call.
+const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest wait for the flush at the end of a run.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(600);
@@ -122,45 +130,30 @@ pub fn run(w: &Workload) -> Result<RunResult, String> {
         .fetch_metadata(Some(&w.topic), Duration::from_secs(30))
         .map_err(|e| format!("rdkafka metadata: {e}"))?;
     let value = w.value();
-    let partitions = u64::try_from(w.partitions).map_err(|_| "bad partition count")?;
     let txn = w.txn_records > 0;
-    let txn_timeout = Timeout::After(Duration::from_secs(60));
+    let txn_timeout = Timeout::After(TXN_TIMEOUT);
     if txn {
         producer
             .init_transactions(txn_timeout)
             .map_err(|e| format!("rdkafka init_transactions: {e}"))?;
     }
 
+    let tasks = if txn { 1 } else { w.tasks.max(1) };
     let cpu0 = CpuTime::now()?;
     let t0 = Instant::now();
-    for i in 0..w.records {
-        if txn && i % w.txn_records == 0 {
-            if i > 0 {
-                producer
-                    .commit_transaction(txn_timeout)
-                    .map_err(|e| format!("rdkafka commit_transaction: {e}"))?;
-            }
-            producer
-                .begin_transaction()
-                .map_err(|e| format!("rdkafka begin_transaction: {e}"))?;
-        }
-        let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
-        let mut record = BaseRecord::<(), [u8], ()>::to(&w.topic)
-            .partition(partition)
-            .payload(&value[..]);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(1));
-                }
-                Err((e, _)) => return Err(format!("rdkafka send: {e}")),
-            }
-        }
-        if i % 1024 == 0 {
-            producer.poll(Duration::ZERO);
-        }
+    if tasks == 1 {
+        send_share(&producer, w, &value, 0, 1)?;
+    } else {
+        let (producer, value) = (&producer, &value[..]);
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..tasks)
+                .map(|t| scope.spawn(move || send_share(producer, w, value, t, tasks)))
+                .collect();
+            threads.into_iter().try_for_each(|h| {
+                h.join()
+                    .map_err(|_| "rdkafka: a sending thread panicked".to_string())?
+            })
+        })?;
     }
     if txn {
         producer
@@ -198,4 +191,55 @@ pub fn run(w: &Workload) -> Result<RunResult, String> {
         bytes: 0,
         allocated: None,
     })
+}
+
+/// Sends the records `first`, `first + step`, ... of the workload (all of them with `first` 0 and
+/// `step` 1, committing every `txn_records` when the workload is transactional), polling the
+/// producer every 1,024 of them and while its queue is full.
+///
+/// Errors: a send that fails for another reason than a full queue, or a transaction call.
+fn send_share(
+    producer: &BaseProducer<Context>,
+    w: &Workload,
+    value: &[u8],
+    first: u64,
+    step: u64,
+) -> Result<(), String> {
+    let partitions = u64::try_from(w.partitions).map_err(|_| "bad partition count")?;
+    let txn = w.txn_records > 0;
+    let txn_timeout = Timeout::After(TXN_TIMEOUT);
+    let mut sent = 0u64;
+    let mut i = first;
+    while i < w.records {
+        if txn && i.is_multiple_of(w.txn_records) {
+            if i > 0 {
+                producer
+                    .commit_transaction(txn_timeout)
+                    .map_err(|e| format!("rdkafka commit_transaction: {e}"))?;
+            }
+            producer
+                .begin_transaction()
+                .map_err(|e| format!("rdkafka begin_transaction: {e}"))?;
+        }
+        let partition = i32::try_from(i % partitions).map_err(|_| "bad partition")?;
+        let mut record = BaseRecord::<(), [u8], ()>::to(&w.topic)
+            .partition(partition)
+            .payload(value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(1));
+                }
+                Err((e, _)) => return Err(format!("rdkafka send: {e}")),
+            }
+        }
+        if sent.is_multiple_of(1024) {
+            producer.poll(Duration::ZERO);
+        }
+        sent += 1;
+        i += step;
+    }
+    Ok(())
 }

@@ -24,6 +24,14 @@
 //! alone, never the mock brokers, which live in this parent process. After each run the parent
 //! checks with librdkafka's consumer that the topic's end offsets add up to the records written.
 //!
+//! `--tasks N` sends from N senders at once, record `i` from sender `i % N`: N tokio tasks sharing
+//! one Writer (ours), N OS threads sharing one librdkafka producer (the peer). A list
+//! (`--tasks 1,2,4,8,16`) runs every case once per count, for each client (both clients of a count
+//! one after the other), adds a column of task counts to the table and prints a scaling table per
+//! case: records/s, CPU µs per record, the system time's share of the CPU and records/s against
+//! the client's 1-task run.
+//! The `txn` case always sends from one task (a transaction is the records in order).
+//!
 //! The result is a Markdown table on stdout; progress goes to stderr. The exit code is non-zero
 //! when a run failed or lost records.
 
@@ -646,6 +654,9 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
         }
     }
     print_table(args, &rows);
+    if args.tasks.len() > 1 {
+        print_scaling(&clients, &rows);
+    }
     if let Some(dir) = &args.svg {
         write_charts(dir, &rows)?;
     }
@@ -931,6 +942,95 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
                 );
             }
             Err(e) => println!("{head} failed: {} | | | | | | | |", e.replace('|', "/")),
+        }
+    }
+}
+
+/// The rows of one case run (a case and its partition count), in run order.
+fn case_runs(rows: &[Row]) -> Vec<Vec<&Row>> {
+    let mut runs: Vec<Vec<&Row>> = Vec::new();
+    for row in rows {
+        let same = |r: &&Row| {
+            r.case == row.case && r.partitions == row.partitions && r.records == row.records
+        };
+        match runs.iter_mut().find(|run| run.first().is_some_and(same)) {
+            Some(run) => run.push(row),
+            None => runs.push(vec![row]),
+        }
+    }
+    runs
+}
+
+/// Records/s, CPU µs per record and the system time's share of the CPU of a run that delivered
+/// records.
+fn rates(r: &RunResult) -> Option<(f64, f64, f64)> {
+    if r.delivered == 0 {
+        return None;
+    }
+    let secs = r.wall.as_secs_f64().max(1e-9);
+    let cpu = (r.cpu.user + r.cpu.system).as_secs_f64();
+    let system = if cpu > 0.0 {
+        r.cpu.system.as_secs_f64() / cpu
+    } else {
+        0.0
+    };
+    Some((
+        r.delivered as f64 / secs,
+        cpu * 1e6 / r.delivered as f64,
+        system,
+    ))
+}
+
+/// Prints, per case run with several task counts, the scaling table: each client's runs by task
+/// count, records/s and CPU per record, and records/s against the client's 1-task run.
+fn print_scaling(clients: &[Client], rows: &[Row]) {
+    for run in case_runs(rows) {
+        let Some(first) = run.first() else { continue };
+        if run.iter().all(|r| r.tasks == first.tasks) {
+            continue;
+        }
+        println!();
+        println!(
+            "Scaling with sending tasks: case {}, {}, {} partitions, {} records (ours: tokio \
+             tasks sharing one Writer; librdkafka: threads sharing one producer).",
+            first.case.name(),
+            first.broker,
+            first.partitions,
+            first.records
+        );
+        println!();
+        println!(
+            "| tasks | client | records/s | CPU µs / record | system share of CPU | records/s vs 1 task |"
+        );
+        println!("| ---: | --- | ---: | ---: | ---: | ---: |");
+        for &client in clients {
+            let mine: Vec<&&Row> = run.iter().filter(|r| r.client == client).collect();
+            let one = mine
+                .iter()
+                .find(|r| r.tasks == 1)
+                .and_then(|r| r.result.as_ref().ok())
+                .and_then(rates)
+                .map(|(rate, _, _)| rate);
+            for row in mine {
+                let head = format!("| {} | {} |", row.tasks, row.client.name());
+                match row.result.as_ref().map(|r| (r, rates(r))) {
+                    Ok((r, Some((rate, cpu, system)))) => {
+                        let failed = if r.failed > 0 {
+                            format!(" ({} failed)", r.failed)
+                        } else {
+                            String::new()
+                        };
+                        let relative = one
+                            .map_or_else(|| "n/a".to_string(), |one| format!("{:.2}x", rate / one));
+                        println!(
+                            "{head} {rate:.0}{failed} | {cpu:.2} | {:.0} % | {relative} |",
+                            system * 100.0
+                        );
+                    }
+                    Ok((_, None)) => println!("{head} none delivered | | | |"),
+                    Err(e) => println!("{head} failed: {} | | | |", e.replace('|', "/")),
+                }
+            }
         }
     }
 }

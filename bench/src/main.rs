@@ -29,7 +29,8 @@
 //! (`--tasks 1,2,4,8,16`) runs every case once per count, for each client (both clients of a count
 //! one after the other), adds a column of task counts to the table and prints a scaling table per
 //! case: records/s, CPU µs per record, the system time's share of the CPU and records/s against
-//! the client's 1-task run.
+//! the client's 1-task run; with `--svg` it also draws records/s and CPU per record by task count
+//! (`producer-tasks-*.svg`).
 //! The `txn` case always sends from one task (a transaction is the records in order).
 //!
 //! The result is a Markdown table on stdout; progress goes to stderr. The exit code is non-zero
@@ -658,7 +659,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
         print_scaling(&clients, &rows);
     }
     if let Some(dir) = &args.svg {
-        write_charts(dir, &rows)?;
+        write_charts(dir, &args.tasks, &rows)?;
     }
     Ok(rows
         .iter()
@@ -1044,65 +1045,137 @@ fn task_list(tasks: &[u64]) -> String {
         .join(",")
 }
 
-/// Writes the two charts of `rows` into `dir`: records/s and CPU µs per record against the
-/// partition count, one line per client and broker.
-fn write_charts(dir: &std::path::Path, rows: &[Row]) -> Result<(), String> {
-    let mut rate: Vec<svg::Series> = Vec::new();
-    let mut cpu: Vec<svg::Series> = Vec::new();
-    for row in rows {
-        let Ok(r) = &row.result else { continue };
-        if r.delivered == 0 {
-            continue;
-        }
+/// Writes the charts of `rows` into `dir`: records/s and CPU µs per record against the
+/// partition count, one line per client and broker (the runs of the first task count in
+/// `tasks`); with several task counts also both against the task count, one line per client (and
+/// case run, when several had more than one task count).
+fn write_charts(dir: &std::path::Path, tasks: &[u64], rows: &[Row]) -> Result<(), String> {
+    let who = |c: Client| match c {
+        Client::Ours => "kafkit",
+        Client::Rdkafka => "librdkafka",
+    };
+    let first_tasks = tasks.first().copied().unwrap_or(1);
+    let (mut rate, mut cpu) = (Vec::new(), Vec::new());
+    for row in rows.iter().filter(|r| r.tasks == first_tasks) {
         let broker = if row.case == Case::Tansu {
             "tansu"
         } else {
             "mock"
         };
-        let who = match row.client {
-            Client::Ours => "kafkit",
-            Client::Rdkafka => "librdkafka",
-        };
-        let name = format!("{who}, {broker}");
-        let secs = r.wall.as_secs_f64().max(1e-9);
-        let used = (r.cpu.user + r.cpu.system).as_secs_f64();
-        let x = f64::from(row.partitions);
-        for (list, y) in [
-            (&mut rate, r.delivered as f64 / secs),
-            (&mut cpu, used * 1e6 / r.delivered as f64),
-        ] {
-            match list.iter_mut().find(|s| s.name == name) {
-                Some(s) => s.points.push((x, y)),
-                None => list.push(svg::Series {
-                    name: name.clone(),
-                    ours: row.client == Client::Ours,
-                    points: vec![(x, y)],
-                }),
-            }
-        }
+        let name = format!("{}, {broker}", who(row.client));
+        add_point(&mut rate, &mut cpu, &name, row, f64::from(row.partitions));
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    let note = format!("load average {}", load.join(" "));
-    for (file, title, y_label, series) in [
+    let load = format!("load average {}", load.join(" "));
+    let note = if tasks.len() > 1 {
+        format!("{first_tasks} sending task(s); {load}")
+    } else {
+        load.clone()
+    };
+    let mut charts = vec![
         (
             "producer-records-per-second.svg",
-            "Producer throughput",
+            "Producer throughput".to_string(),
+            "partitions (log scale)",
             "records/s",
-            &rate,
+            note.clone(),
+            rate,
+            Vec::new(),
         ),
         (
             "producer-cpu-per-record.svg",
-            "Producer CPU per record",
+            "Producer CPU per record".to_string(),
+            "partitions (log scale)",
             "CPU µs / record",
-            &cpu,
+            note,
+            cpu,
+            Vec::new(),
         ),
-    ] {
-        let text = svg::line_chart(title, "partitions (log scale)", y_label, &note, series);
+    ];
+    if tasks.len() > 1 {
+        let scaled: Vec<Vec<&Row>> = case_runs(rows)
+            .into_iter()
+            .filter(|run| run.iter().any(|r| r.tasks != run[0].tasks))
+            .collect();
+        let (mut rate, mut cpu) = (Vec::new(), Vec::new());
+        for run in &scaled {
+            for &row in run {
+                let name = if scaled.len() == 1 {
+                    who(row.client).to_string()
+                } else {
+                    format!(
+                        "{}, {} {}",
+                        who(row.client),
+                        row.case.name(),
+                        row.partitions
+                    )
+                };
+                add_point(&mut rate, &mut cpu, &name, row, row.tasks as f64);
+            }
+        }
+        let what = match scaled.as_slice() {
+            [run] => format!(
+                ", {} ({} partitions)",
+                run[0].case.name(),
+                run[0].partitions
+            ),
+            _ => String::new(),
+        };
+        let ticks: Vec<f64> = tasks.iter().map(|&t| t as f64).collect();
+        let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+        let load = format!("{cores} cores; {load}");
+        charts.extend([
+            (
+                "producer-tasks-records-per-second.svg",
+                format!("Producer throughput by sending tasks{what}"),
+                "sending tasks / threads (log scale)",
+                "records/s",
+                load.clone(),
+                rate,
+                ticks.clone(),
+            ),
+            (
+                "producer-tasks-cpu-per-record.svg",
+                format!("Producer CPU per record by sending tasks{what}"),
+                "sending tasks / threads (log scale)",
+                "CPU µs / record",
+                load,
+                cpu,
+                ticks,
+            ),
+        ]);
+    }
+    for (file, title, x_label, y_label, note, series, ticks) in charts {
+        let text = svg::line_chart(&title, x_label, y_label, &note, &series, &ticks);
         let path = dir.join(file);
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("kafkit-bench: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Adds `row`'s records/s and CPU µs per record at `x` to the series `name` of `rate` and `cpu`
+/// (nothing for a run that failed or delivered nothing).
+fn add_point(
+    rate: &mut Vec<svg::Series>,
+    cpu: &mut Vec<svg::Series>,
+    name: &str,
+    row: &Row,
+    x: f64,
+) {
+    let Some((records_s, cpu_us, _)) = row.result.as_ref().ok().and_then(rates) else {
+        return;
+    };
+    for (list, y) in [(rate, records_s), (cpu, cpu_us)] {
+        match list.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push((x, y)),
+            None => list.push(svg::Series {
+                name: name.to_string(),
+                ours: row.client == Client::Ours,
+                points: vec![(x, y)],
+            }),
+        }
+    }
 }

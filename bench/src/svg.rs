@@ -1,5 +1,6 @@
 //! Hand-written SVG line charts for the bench results (no plotting dependency): a logarithmic
-//! x axis (partitions), a linear y axis from 0, one polyline with dots per series, a legend.
+//! x axis (partitions, sending tasks), a linear y axis from 0, one polyline with dots per series,
+//! a legend.
 
 use std::fmt::Write as _;
 
@@ -23,13 +24,16 @@ const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
 ];
 
-/// The chart as SVG text. `note` is printed under the title (e.g. the load average).
+/// The chart as SVG text. `note` is printed under the title (e.g. the load average). The x axis
+/// is ticked at `x_ticks` (those inside its range: task counts 1, 2, 4, 8, 16 read better at
+/// their own values), or at 1, 2 and 5 times the powers of ten when `x_ticks` is empty.
 pub fn line_chart(
     title: &str,
     x_label: &str,
     y_label: &str,
     note: &str,
     series: &[Series],
+    x_ticks: &[f64],
 ) -> String {
     let xs: Vec<f64> = series
         .iter()
@@ -88,25 +92,28 @@ pub fn line_chart(
             format_number(y)
         );
     }
-    // x ticks at 1-2-5 steps inside the range.
-    let mut decade = 10f64.powf(lx_min.floor());
-    while decade <= 10f64.powf(lx_max) {
-        for m in [1.0, 2.0, 5.0] {
-            let x = decade * m;
-            if x.log10() < lx_min || x.log10() > lx_max {
-                continue;
-            }
-            let xx = px(x);
-            let _ = writeln!(
-                out,
-                r#"<line x1="{xx:.1}" y1="{:.1}" x2="{xx:.1}" y2="{:.1}" stroke="black"/><text x="{xx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                TOP + plot_h,
-                TOP + plot_h + 5.0,
-                TOP + plot_h + 18.0,
-                format_number(x)
-            );
+    // x ticks at `x_ticks`, or at 1-2-5 steps, inside the range.
+    let mut ticks: Vec<f64> = x_ticks.iter().copied().filter(|x| *x > 0.0).collect();
+    if ticks.is_empty() {
+        let mut decade = 10f64.powf(lx_min.floor());
+        while decade <= 10f64.powf(lx_max) {
+            ticks.extend([1.0, 2.0, 5.0].map(|m| decade * m));
+            decade *= 10.0;
         }
-        decade *= 10.0;
+    }
+    for x in ticks {
+        if x.log10() < lx_min || x.log10() > lx_max {
+            continue;
+        }
+        let xx = px(x);
+        let _ = writeln!(
+            out,
+            r#"<line x1="{xx:.1}" y1="{:.1}" x2="{xx:.1}" y2="{:.1}" stroke="black"/><text x="{xx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            TOP + plot_h,
+            TOP + plot_h + 5.0,
+            TOP + plot_h + 18.0,
+            format_number(x)
+        );
     }
     let _ = writeln!(
         out,
@@ -225,12 +232,29 @@ mod tests {
                 points: vec![(48.0, 1.0e6)],
             },
         ];
-        let svg = line_chart("t", "partitions", "records/s", "load 1.0", &series);
+        let svg = line_chart("t", "partitions", "records/s", "load 1.0", &series, &[]);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert_eq!(svg.matches("<circle").count(), 3);
         assert!(svg.contains("librdkafka &lt;C&gt;"));
         assert!(svg.contains("stroke-dasharray"));
+    }
+
+    #[test]
+    fn ticks_at_the_values_given() {
+        let _one = crate::alloc::exclusive();
+        let series = vec![Series {
+            name: "kafkit".into(),
+            ours: true,
+            points: vec![(1.0, 3.0e6), (4.0, 2.0e6), (16.0, 1.0e6)],
+        }];
+        let svg = line_chart("t", "tasks", "records/s", "", &series, &[1.0, 4.0, 16.0]);
+        for label in [">1</text>", ">4</text>", ">16</text>"] {
+            assert!(svg.contains(label), "{label}");
+        }
+        assert!(!svg.contains(">5</text>"));
+        let plain = line_chart("t", "tasks", "records/s", "", &series, &[]);
+        assert!(plain.contains(">5</text>") && !plain.contains(">4</text>"));
     }
 
     #[test]

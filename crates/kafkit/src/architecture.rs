@@ -217,29 +217,29 @@ fn group_heads(body: &str) -> Vec<&str> {
     heads
 }
 
-/// Every first segment after `crate::` in `code`, with its line number (1-based).
-fn crate_paths(code: &str) -> Vec<(usize, String)> {
+/// The first segment after each `prefix` in `code` (`crate::`, `super::`, `crate::reader::`),
+/// with its line number (1-based); a use tree's group gives one per member. A `prefix` that
+/// continues a path (`super::super::`, which leaves the folder) is skipped, as are `self` and
+/// `super` heads.
+fn heads_after(code: &str, prefix: &str) -> Vec<(usize, String)> {
     let mut found = Vec::new();
-    let mut rest = code;
-    let mut offset = 0;
-    while let Some(at) = rest.find("crate::") {
-        let abs = offset + at;
+    let mut from = 0;
+    while let Some(at) = code[from..].find(prefix) {
+        let abs = from + at;
+        from = abs + prefix.len();
         let before = code[..abs].chars().next_back();
-        let after = &code[abs + "crate::".len()..];
-        let line = code[..abs].matches('\n').count() + 1;
-        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
-            if let Some(body) = after.trim_start().strip_prefix('{') {
-                for head in group_heads(body) {
-                    found.push((line, head.to_string()));
-                }
-            } else {
-                found.push((line, ident(after).to_string()));
-            }
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            continue;
         }
-        offset = abs + "crate::".len();
-        rest = &code[offset..];
+        let line = code[..abs].matches('\n').count() + 1;
+        let rest = &code[from..];
+        if let Some(body) = rest.trim_start().strip_prefix('{') {
+            found.extend(group_heads(body).into_iter().map(|h| (line, h.to_string())));
+        } else {
+            found.push((line, ident(rest).to_string()));
+        }
     }
-    found.retain(|(_, h)| !h.is_empty() && h != "self");
+    found.retain(|(_, h)| !h.is_empty() && h != "super" && h != "self");
     found
 }
 
@@ -316,7 +316,7 @@ fn check_file(
         .get(module)
         .unwrap_or_else(|| panic!("docs/DESIGN.md has no invariant line for `{module}` ({file})"));
     let mut breaches = Vec::new();
-    for (line, head) in crate_paths(&code_only(src)) {
+    for (line, head) in heads_after(&code_only(src), "crate::") {
         let target = if rules.contains_key(&head) {
             head.clone()
         } else if let Some(root) = exports.get(&head) {
@@ -640,30 +640,6 @@ fn without_test_modules(code: &str) -> String {
     out
 }
 
-/// The first segments after each `prefix` in `code` (`prefix` being `super::` or
-/// `crate::reader::`), a use tree's group giving one per member. A `super::` followed by
-/// another `super` leaves the folder and is skipped.
-fn heads_after(code: &str, prefix: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(at) = code[from..].find(prefix) {
-        let abs = from + at;
-        from = abs + prefix.len();
-        let before = code[..abs].chars().next_back();
-        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
-            continue;
-        }
-        let rest = &code[from..];
-        if let Some(body) = rest.trim_start().strip_prefix('{') {
-            found.extend(group_heads(body).into_iter().map(str::to_string));
-        } else {
-            found.push(ident(rest).to_string());
-        }
-    }
-    found.retain(|h| !h.is_empty() && h != "super" && h != "self");
-    found
-}
-
 /// The circles among the files of one folder (`mod.rs` and the folder's parent left out: a
 /// facade wires its children, and a child may name the facade it builds). `files` maps each
 /// child file's module name to its code.
@@ -673,8 +649,11 @@ fn sibling_circle(folder: &str, files: &BTreeMap<String, String>) -> Option<Vec<
     let edges: BTreeMap<&str, BTreeSet<String>> = files
         .iter()
         .map(|(name, code)| {
-            let mut to: BTreeSet<String> = heads_after(code, "super::").into_iter().collect();
-            to.extend(heads_after(code, &crate_prefix));
+            let mut to: BTreeSet<String> = heads_after(code, "super::")
+                .into_iter()
+                .chain(heads_after(code, &crate_prefix))
+                .map(|(_, head)| head)
+                .collect();
             to.retain(|t| t != name && names.contains(t.as_str()));
             (name.as_str(), to)
         })

@@ -884,20 +884,9 @@ mod tests {
         delete_groups_response, describe_groups_response, list_groups_response,
         offset_delete_response,
     };
-    use kafkit_protocol::{ApiKey, EncodeError, Message};
+    use kafkit_protocol::{ApiKey, Message};
 
-    fn encodes<M: Message>(m: &M, version: i16) -> std::result::Result<(), EncodeError> {
-        let mut buf = bytes::BytesMut::new();
-        m.encode(&mut buf, version)
-    }
-
-    fn code_of<T: std::fmt::Debug>(r: &ResourceResult<T>) -> Option<ErrorCode> {
-        r.as_ref().err().and_then(Error::error_code)
-    }
-
-    fn tp(t: &str, p: i32) -> (String, i32) {
-        (t.to_owned(), p)
-    }
+    use crate::ops::offsets::tests::{code_of, encodes, tp};
 
     /// Every request this module family builds encodes at each version this library speaks
     /// when given that version (the options a version cannot carry are refused by the

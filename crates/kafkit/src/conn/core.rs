@@ -445,6 +445,15 @@ impl Core {
         Arc::clone(&self.shared.sasl_gate).write_owned().await
     }
 
+    /// One of the connection's in-flight permits (`max_in_flight_requests_per_connection`),
+    /// waited for; the connection's close error once it is closed.
+    async fn in_flight_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.shared.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| self.shared.current_close_error())
+    }
+
     /// [`Core::call`]'s request: an in-flight permit, the frame ([`Core::frame`]), registered
     /// as pending (the permit held by the entry), queued, then the response frame.
     async fn call_inner<F>(&self, api_key: i16, size_hint: usize, encode: F) -> Result<Bytes>
@@ -452,10 +461,7 @@ impl Core {
         F: FnOnce(i32, &mut BytesMut) -> Result<()>,
     {
         let shared = &*self.shared;
-        let permit = Arc::clone(&shared.in_flight)
-            .acquire_owned()
-            .await
-            .map_err(|_| shared.current_close_error())?;
+        let permit = self.in_flight_permit().await?;
         let (correlation_id, frame, splices) = self.frame(api_key, size_hint, encode)?;
         let (reply, response) = oneshot::channel();
         {
@@ -503,10 +509,7 @@ impl Core {
         F: FnOnce(i32, &mut BytesMut) -> Result<()>,
     {
         let shared = &*self.shared;
-        let permit = Arc::clone(&shared.in_flight)
-            .acquire_owned()
-            .await
-            .map_err(|_| shared.current_close_error())?;
+        let permit = self.in_flight_permit().await?;
         let (_, frame, splices) = self.frame(api_key, size_hint, encode)?;
         let (reply, written) = oneshot::channel();
         {
@@ -607,10 +610,7 @@ impl Core {
         buf.put_i32(size);
         buf.put_slice(payload);
         let fut = async {
-            let permit = Arc::clone(&shared.in_flight)
-                .acquire_owned()
-                .await
-                .map_err(|_| shared.current_close_error())?;
+            let permit = self.in_flight_permit().await?;
             let (written_tx, written) = oneshot::channel();
             self.enqueue(Outgoing {
                 frame: buf.freeze(),

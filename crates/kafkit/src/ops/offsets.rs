@@ -421,54 +421,40 @@ fn answered_groups(
     groups: &[&ListGroupOffsets],
     resp: OffsetFetchResponse,
 ) -> Vec<(String, ErrorCode, CommittedOffsets)> {
+    // The two shapes' topics are different generated types with the same fields.
+    macro_rules! committed_offsets {
+        ($topics:expr) => {
+            $topics
+                .into_iter()
+                .flat_map(|t| {
+                    let name = t.name;
+                    t.partitions.into_iter().map(move |p| {
+                        let c = committed(
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata,
+                            p.error_code,
+                        );
+                        ((name.clone(), p.partition_index), c)
+                    })
+                })
+                .collect()
+        };
+    }
     if resp.groups.is_empty() {
         // Pre-v8 shape: one group, the one asked about.
         let Some(g) = groups.first() else {
             return Vec::new();
         };
-        let parts = resp
-            .topics
-            .into_iter()
-            .flat_map(|t| {
-                let name = t.name;
-                t.partitions.into_iter().map(move |p| {
-                    (
-                        (name.clone(), p.partition_index),
-                        committed(
-                            p.committed_offset,
-                            p.committed_leader_epoch,
-                            p.metadata,
-                            p.error_code,
-                        ),
-                    )
-                })
-            })
-            .collect();
-        return vec![(g.group_id.clone(), resp.error_code, parts)];
+        return vec![(
+            g.group_id.clone(),
+            resp.error_code,
+            committed_offsets!(resp.topics),
+        )];
     }
     resp.groups
         .into_iter()
-        .map(|g| {
-            let parts = g
-                .topics
-                .into_iter()
-                .flat_map(|t| {
-                    let name = t.name;
-                    t.partitions.into_iter().map(move |p| {
-                        (
-                            (name.clone(), p.partition_index),
-                            committed(
-                                p.committed_offset,
-                                p.committed_leader_epoch,
-                                p.metadata,
-                                p.error_code,
-                            ),
-                        )
-                    })
-                })
-                .collect();
-            (g.group_id, g.error_code, parts)
-        })
+        .map(|g| (g.group_id, g.error_code, committed_offsets!(g.topics)))
         .collect()
 }
 
@@ -612,22 +598,24 @@ impl ConsumerGroupMetadata {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use kafkit_protocol::EncodeError;
     use kafkit_protocol::messages::{offset_commit_response, offset_fetch_response};
 
     use super::*;
 
-    fn encodes<M: Message>(m: &M, version: i16) -> std::result::Result<(), EncodeError> {
+    /// Test helpers the admin client's tests share: a message's encoding at `version`, a
+    /// result's error code, a topic-partition.
+    pub(crate) fn encodes<M: Message>(m: &M, version: i16) -> std::result::Result<(), EncodeError> {
         let mut buf = bytes::BytesMut::new();
         m.encode(&mut buf, version)
     }
 
-    fn code_of<T: std::fmt::Debug>(r: &ResourceResult<T>) -> Option<ErrorCode> {
+    pub(crate) fn code_of<T: std::fmt::Debug>(r: &ResourceResult<T>) -> Option<ErrorCode> {
         r.as_ref().err().and_then(Error::error_code)
     }
 
-    fn tp(t: &str, p: i32) -> (String, i32) {
+    pub(crate) fn tp(t: &str, p: i32) -> (String, i32) {
         (t.to_owned(), p)
     }
 

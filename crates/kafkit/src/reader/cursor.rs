@@ -408,6 +408,18 @@ impl State {
         self.topics.get_mut(topic)?.partitions.get_mut(&partition)
     }
 
+    /// The cursor of `topic`/`partition` whose manager request `id` is answered, with that
+    /// request no longer in flight; `None` when the partition is gone or another request
+    /// replaced this one (its answer is then stale).
+    pub(crate) fn answered(&mut self, topic: &str, partition: i32, id: u64) -> Option<&mut Cursor> {
+        let c = self.cursor_mut(topic, partition)?;
+        if c.in_flight != Some(id) {
+            return None;
+        }
+        c.in_flight = None;
+        Some(c)
+    }
+
     pub(crate) fn cursor(&self, topic: &str, partition: i32) -> Option<&Cursor> {
         self.topics.get(topic)?.partitions.get(&partition)
     }

@@ -387,10 +387,7 @@ fn reset_failed(
 ) {
     tracing::debug!(error = %e, "reader: ListOffsets failed");
     for i in items {
-        if let Some(c) = st.cursor_mut(&i.topic, i.partition)
-            && c.in_flight == Some(id)
-        {
-            c.in_flight = None;
+        if let Some(c) = st.answered(&i.topic, i.partition, id) {
             c.failures += 1;
             c.retry_at = Some(now + b.delay(c.failures));
         }
@@ -411,13 +408,9 @@ fn reset_one(
     now: Instant,
     fu: &mut Followup,
 ) {
-    let Some(c) = st.cursor_mut(&i.topic, i.partition) else {
+    let Some(c) = st.answered(&i.topic, i.partition, id) else {
         return;
     };
-    if c.in_flight != Some(id) {
-        return;
-    }
-    c.in_flight = None;
     if c.version != i.version || c.state != CursorState::Reset(i.spec) {
         return;
     }
@@ -527,14 +520,13 @@ fn cannot_validate(
     fu: &mut Followup,
 ) {
     for i in items {
-        if let Some(c) = st.cursor_mut(&i.topic, i.partition)
-            && c.in_flight == Some(id)
+        // The answer is taken (not in flight) whatever the cursor's state now.
+        if let Some(c) = st.answered(&i.topic, i.partition, id)
+            && c.version == i.version
+            && c.state == CursorState::Validate
         {
-            c.in_flight = None;
-            if c.version == i.version && c.state == CursorState::Validate {
-                c.state = CursorState::Fetching;
-                fu.nodes.extend(c.fetch_node(now));
-            }
+            c.state = CursorState::Fetching;
+            fu.nodes.extend(c.fetch_node(now));
         }
     }
 }
@@ -550,13 +542,9 @@ fn validate_one(
     now: Instant,
     fu: &mut Followup,
 ) {
-    let Some(c) = st.cursor_mut(&i.topic, i.partition) else {
+    let Some(c) = st.answered(&i.topic, i.partition, id) else {
         return;
     };
-    if c.in_flight != Some(id) {
-        return;
-    }
-    c.in_flight = None;
     if c.version != i.version || c.state != CursorState::Validate {
         return;
     }

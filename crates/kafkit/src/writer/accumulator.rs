@@ -1,6 +1,8 @@
 //! The accumulator: per topic-partition queues of batches, which broker leads each partition,
 //! and the choice of what one Produce request to a broker carries. No I/O here; the writer's
-//! tasks (sender.rs) call into it under the writer's one lock.
+//! tasks (sender.rs) call into it under the writer's state lock. Each partition's open batch
+//! sits in its [`Slot`], behind a lock of its own, where `send` appends without the state lock
+//! (open.rs says how the two locks share the work).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use rustc_hash::FxHashMap;
 
 use super::batch::{Batch, DeliveryFuture, Outcome, PartId, PendingRecord};
 use super::config::Config;
+use super::open::{Routes, SharedRoutes, Slot, TopicRoute, add_record, credit_chunks, fits};
 use crate::error::produce::ProduceError;
 
 /// Producer id and epoch (KIP-98) and where getting them stands.
@@ -41,8 +44,13 @@ pub(crate) enum ProducerStatus {
 pub(crate) struct PartState {
     pub(crate) topic: Arc<str>,
     pub(crate) partition: i32,
-    /// Batches waiting, oldest first; the last may still be open.
+    /// Sealed batches waiting, oldest first (the open one, newer than all of them, is in
+    /// `slot`).
     pub(crate) batches: VecDeque<Batch>,
+    /// The partition's open batch and buffer credit, behind a lock of its own (open.rs).
+    pub(crate) slot: Arc<Slot>,
+    /// The creation time and delivery deadline of the batch in `slot`, while there is one.
+    pub(crate) open: Option<OpenBatch>,
     /// The batch in a request now, if any (at most one per partition: order across retries).
     pub(crate) in_flight: Option<Arc<super::batch::BatchShared>>,
     /// Leader node id, -1 when unknown (then the partition is in [`State::unrouted`]).
@@ -57,6 +65,23 @@ pub(crate) struct PartState {
     /// Records of the partition's last batch taken for sending: a new batch reserves room for
     /// as many (up to [`MAX_RESERVED_RECORDS`]), so its vector grows once, not once per doubling.
     pub(crate) last_count: usize,
+}
+
+/// When the open batch of a partition (in its [`Slot`]) was made and must be delivered by:
+/// what the sender needs to know of it without taking the slot's lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpenBatch {
+    pub(crate) created: Instant,
+    pub(crate) deadline: Instant,
+}
+
+/// The oldest batch of a partition as a plan sees it: its creation time, delivery deadline
+/// and whether it is sealed (ready whatever the linger).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Front {
+    pub(crate) created: Instant,
+    pub(crate) deadline: Instant,
+    pub(crate) sealed: bool,
 }
 
 /// The most records a new batch reserves room for up front.
@@ -150,8 +175,16 @@ pub(crate) struct State {
     pub(crate) closing: bool,
     /// Tasks stop.
     pub(crate) shutdown: bool,
+    /// Records and bytes of the batches out of their slots (queued, in flight, ending); the
+    /// open batches' are counted when they leave their slot ([`State::buffered`] adds them).
     pub(crate) buffered_records: usize,
     pub(crate) buffered_bytes: usize,
+    /// Partitions with an open batch in their slot.
+    pub(crate) open_batches: usize,
+    /// The topics as `send` reads them without this lock, published again on every change.
+    pub(crate) routes: SharedRoutes,
+    /// `buffer_memory` and `max_buffered_records`, for the slots' credit chunks.
+    pub(crate) limits: (usize, Option<usize>),
     /// The transaction state machine of a transactional writer (KIP-98); `None` otherwise.
     pub(crate) txn: Option<super::txn_state::Txn>,
 }
@@ -332,7 +365,115 @@ impl State {
             shutdown: false,
             buffered_records: 0,
             buffered_bytes: 0,
+            open_batches: 0,
+            routes: SharedRoutes::default(),
+            limits: (usize::MAX, None),
             txn: None,
+        }
+    }
+
+    /// Publishes `topic`'s partitions and slots to [`State::routes`] (a new snapshot, the
+    /// other topics shared with the last one), with the credit chunks for as many slots.
+    fn publish(&self, topic: &str) {
+        let Some(t) = self.topics.get(topic) else {
+            return;
+        };
+        let route = TopicRoute {
+            partitions: t.partitions.clone(),
+            available: t.available.clone(),
+            slots: t
+                .ids
+                .iter()
+                .map(|id| id.map(|id| self.parts[id].slot.clone()))
+                .collect(),
+        };
+        let old = self.routes.load();
+        let mut topics = old.topics.clone();
+        topics.insert(t.name.clone(), Arc::new(route));
+        let (credit_bytes, credit_records) = credit_chunks(self.limits, self.parts.len());
+        self.routes.store(Arc::new(Routes {
+            topics,
+            credit_bytes,
+            credit_records,
+        }));
+    }
+
+    /// Whether any record is buffered: in a queue, in flight, ending or in an open batch.
+    pub(crate) fn has_buffered(&self) -> bool {
+        self.buffered_records > 0 || self.open_batches > 0
+    }
+
+    /// Records and bytes buffered, the open batches' included (their slots are locked one by
+    /// one: for stats and errors, not per record).
+    pub(crate) fn buffered(&self) -> (usize, usize) {
+        let (mut records, mut bytes) = (self.buffered_records, self.buffered_bytes);
+        for p in self.parts.iter().filter(|p| p.open.is_some()) {
+            if let Some(b) = &p.slot.lock().batch {
+                records += b.count();
+                bytes += b.cost;
+            }
+        }
+        (records, bytes)
+    }
+
+    /// Whether partition `id` has a batch, queued or open.
+    pub(crate) fn has_batches(&self, id: PartId) -> bool {
+        let p = &self.parts[id];
+        !p.batches.is_empty() || p.open.is_some()
+    }
+
+    /// Partition `id`'s oldest batch: the front of its queue, else its open batch.
+    pub(crate) fn front(&self, id: PartId) -> Option<Front> {
+        let p = &self.parts[id];
+        match p.batches.front() {
+            Some(b) => Some(Front {
+                created: b.created,
+                deadline: b.deadline,
+                sealed: b.sealed,
+            }),
+            None => p.open.map(|o| Front {
+                created: o.created,
+                deadline: o.deadline,
+                sealed: false,
+            }),
+        }
+    }
+
+    /// The size in bytes of partition `id`'s oldest batch (the open one's under its slot lock).
+    fn front_size(&self, id: PartId) -> usize {
+        let p = &self.parts[id];
+        match p.batches.front() {
+            Some(b) => b.size,
+            None => p.slot.lock().batch.as_ref().map_or(0, |b| b.size),
+        }
+    }
+
+    /// Takes partition `id`'s oldest batch out: the front of its queue, else its open batch
+    /// (sealed, out of its slot).
+    pub(crate) fn pop_front(&mut self, id: PartId) -> Option<Batch> {
+        match self.parts[id].batches.pop_front() {
+            Some(b) => Some(b),
+            None => self.take_open(id),
+        }
+    }
+
+    /// Takes partition `id`'s open batch out of its slot, sealed and counted as buffered.
+    pub(crate) fn take_open(&mut self, id: PartId) -> Option<Batch> {
+        let part = &mut self.parts[id];
+        part.open.take()?;
+        let batch = part.slot.lock().batch.take();
+        self.open_batches -= 1;
+        let mut batch = batch?;
+        batch.sealed = true;
+        self.buffered_records += batch.count();
+        self.buffered_bytes += batch.cost;
+        Some(batch)
+    }
+
+    /// Seals partition `id`'s open batch into the back of its queue.
+    fn seal_open(&mut self, id: PartId) {
+        if let Some(b) = self.take_open(id) {
+            self.parts[id].batches.push_back(b);
         }
     }
 
@@ -343,6 +484,7 @@ impl State {
                 if count > t.partitions.len() {
                     t.partitions = (0..count as i32).collect();
                     t.ids.resize(count, None);
+                    self.publish(topic);
                 }
             }
             None => {
@@ -357,6 +499,7 @@ impl State {
                         topic_id: kafkit_protocol::Uuid::ZERO,
                     },
                 );
+                self.publish(topic);
             }
         }
     }
@@ -376,13 +519,16 @@ impl State {
             // A topic deleted and created again under its name has a new id: requests from
             // now on name the new one (the old answers UNKNOWN_TOPIC_ID).
             state.topic_id = t.topic_id;
-            state.available.clear();
-            state.available.extend(
-                t.partitions
-                    .iter()
-                    .filter(|p| p.leader_id >= 0 && md.broker(p.leader_id).is_some())
-                    .map(|p| p.partition),
-            );
+            let available = t
+                .partitions
+                .iter()
+                .filter(|p| p.leader_id >= 0 && md.broker(p.leader_id).is_some())
+                .map(|p| p.partition);
+            if !state.available.iter().copied().eq(available.clone()) {
+                state.available.clear();
+                state.available.extend(available);
+                self.publish(&t.name);
+            }
         }
     }
 
@@ -399,6 +545,8 @@ impl State {
             topic: t.name.clone(),
             partition,
             batches: VecDeque::new(),
+            slot: Slot::new(),
+            open: None,
             in_flight: None,
             leader: -1,
             next_sequence: 0,
@@ -407,6 +555,7 @@ impl State {
             last_count: 0,
         });
         self.unrouted.push(id);
+        self.publish(topic);
         Some(id)
     }
 
@@ -439,7 +588,7 @@ impl State {
     /// unrouted ones (no leader), else its leader's queued ones when it has batches.
     pub(crate) fn relist(&mut self, id: PartId) {
         let part = &self.parts[id];
-        if part.pos.is_some() || (part.leader >= 0 && part.batches.is_empty()) {
+        if part.pos.is_some() || (part.leader >= 0 && !self.has_batches(id)) {
             return;
         }
         let leader = part.leader;
@@ -464,6 +613,7 @@ impl State {
         }
         self.unlist(id);
         self.parts[id].leader = leader;
+        self.parts[id].slot.lock().routed = leader >= 0;
         self.relist(id);
         if leader < 0 {
             return false;
@@ -507,43 +657,64 @@ impl State {
         now: impl Fn() -> Instant,
         want_future: bool,
     ) -> Result<(Option<DeliveryFuture>, bool), ProduceError> {
-        let (size, started) =
-            self.parts[id].make_room(record, alone, config, &now, &mut self.spares)?;
-        if started.is_some() {
-            self.relist(id);
-        }
         let part = &mut self.parts[id];
-        let batch = part.batches.back_mut().expect("a batch was just ensured");
+        let mut open = part.slot.lock();
+        // Into the open batch when the record fits (as `Inner::append_fast` does without this
+        // lock, but here the record may fill the batch: it is sealed into the queue).
+        if let Some(b) = open.batch.as_mut()
+            && let Some(size) = fits(b, record, alone, config)
+        {
+            let (future, full) = add_record(b, record, size, cost, false, config, want_future)
+                .map_err(|e| ProduceError::from(crate::error::Error::from(e)))?;
+            drop(open);
+            if !full {
+                return Ok((future, false));
+            }
+            self.seal_open(id);
+            let now = now();
+            let part = &self.parts[id];
+            let deadline = part.batches.back().map_or(now, |b| b.deadline);
+            let leader = part.leader;
+            return Ok((future, self.must_wake(leader, now, deadline, now)));
+        }
+        drop(open);
+        // A new batch: the open one, if any, is sealed behind the queue first.
+        self.seal_open(id);
+        let now = now();
+        let mut batch = self.parts[id].new_batch(record, config, now, &mut self.spares);
+        let size = record.size_at(0, 0);
         let (future, sealed) =
-            match add_record(batch, record, size, cost, alone, config, want_future) {
+            match add_record(&mut batch, record, size, cost, alone, config, want_future) {
                 Ok(added) => added,
                 Err(e) => {
-                    // Past the protocol's limits (not reachable within `batch_size`): a batch
-                    // started for the record leaves with it.
-                    if batch.count() == 0 {
-                        part.batches.pop_back();
-                        if part.batches.is_empty() {
-                            self.unlist(id);
-                        }
-                    }
+                    // Past the protocol's limits (not reachable within `batch_size`): the
+                    // batch started for the record leaves with it.
+                    self.relist(id);
                     return Err(crate::error::Error::from(e).into());
                 }
             };
-        self.buffered_records += 1;
-        self.buffered_bytes += cost;
-        if started.is_none() && !sealed {
-            return Ok((future, false));
+        let deadline = batch.deadline;
+        if sealed {
+            self.buffered_records += 1;
+            self.buffered_bytes += cost;
+            self.parts[id].batches.push_back(batch);
+        } else {
+            let part = &mut self.parts[id];
+            part.open = Some(OpenBatch {
+                created: now,
+                deadline,
+            });
+            part.slot.lock().batch = Some(batch);
+            self.open_batches += 1;
         }
-        let now = started.unwrap_or_else(now);
-        let ready_at = if batch.sealed || self.closing {
+        self.relist(id);
+        let ready_at = if sealed || self.closing {
             now
         } else {
-            batch.created + Duration::from_millis(config.linger_ms)
+            now + Duration::from_millis(config.linger_ms)
         };
-        let leader = part.leader;
-        let deadline = batch.deadline;
-        let wake = self.must_wake(leader, ready_at, deadline, now);
-        Ok((future, wake))
+        let leader = self.parts[id].leader;
+        Ok((future, self.must_wake(leader, ready_at, deadline, now)))
     }
 
     /// Whether the sender of `leader` must be woken for a new or newly sealed batch ready at
@@ -576,6 +747,9 @@ impl State {
     /// ended, queued or in flight.
     pub(crate) fn seal_all(&mut self) -> Vec<Arc<super::batch::BatchShared>> {
         let mut out = self.ending.clone();
+        for id in 0..self.parts.len() {
+            self.seal_open(id);
+        }
         for p in &mut self.parts {
             out.extend(p.in_flight.iter().cloned());
             for b in &mut p.batches {
@@ -601,21 +775,28 @@ impl State {
             _ => self.txn.as_ref().and_then(|t| t.fail_unsent.clone()),
         };
         for &id in ids {
-            while let Some(front) = self.parts[id].batches.front() {
+            while let Some(front) = self.front(id) {
                 let error = match &failed {
                     Some(e) => e.clone(),
                     None if front.deadline <= now => ProduceError::DeliveryTimeout {
                         timeout: Duration::from_millis(config.delivery_timeout_ms),
-                        cause: front.last_error.clone().map(Box::new),
+                        // An open batch was never sent: no error of its own.
+                        cause: self.parts[id]
+                            .batches
+                            .front()
+                            .and_then(|b| b.last_error.clone())
+                            .map(Box::new),
                     },
                     None => break,
                 };
-                let batch = self.parts[id].batches.pop_front().expect("front exists");
+                let Some(batch) = self.pop_front(id) else {
+                    break;
+                };
                 plan.wake_router |= self.settle_sequence(id, &batch, Ending::Failed);
                 self.ending.push(batch.shared.clone());
                 plan.done.push((batch, Outcome::failed(error)));
             }
-            if self.parts[id].batches.is_empty() && self.parts[id].leader >= 0 {
+            if !self.has_batches(id) && self.parts[id].leader >= 0 {
                 self.unlist(id);
             }
         }
@@ -745,10 +926,10 @@ impl State {
         let n = ids.len();
         for k in 0..n {
             let id = ids[(start + k) % n];
-            let part = &mut self.parts[id];
-            let Some(front) = part.batches.front() else {
+            let Some(front) = self.front(id) else {
                 continue;
             };
+            let part = &mut self.parts[id];
             plan.next_wake = min_instant(plan.next_wake, front.deadline);
             if part.in_flight.is_some() {
                 continue;
@@ -785,18 +966,19 @@ impl State {
         // One allocation for the request's list (it leaves with the request).
         plan.request.reserve(eligible.len());
         for &id in eligible {
-            let part = &mut self.parts[id];
-            let Some(front) = part.batches.front() else {
+            if !self.has_batches(id) {
                 continue;
-            };
-            if !plan.request.is_empty() && bytes + front.size > config.max_request_size {
+            }
+            if !plan.request.is_empty() && bytes + self.front_size(id) > config.max_request_size {
                 // The next request takes it; look again as soon as this one is out.
                 continue;
             }
-            let mut batch = part.batches.pop_front().expect("front exists");
+            let Some(mut batch) = self.pop_front(id) else {
+                continue;
+            };
             batch.sealed = true;
-            part.last_count = batch.count();
-            if part.batches.is_empty() {
+            self.parts[id].last_count = batch.count();
+            if !self.has_batches(id) {
                 self.unlist(id);
             }
             if self.idempotent
@@ -941,32 +1123,17 @@ struct Scan {
 }
 
 impl PartState {
-    /// Makes room for `record` at the end of the queue: the open batch when the record fits
-    /// (`batch_size`, `batch_max_records`, not `alone`), else a new batch (the open one is
-    /// sealed). Returns the record's size in that batch and, when a batch was started, its
-    /// creation time (`now()`, the clock's only read here).
-    fn make_room(
-        &mut self,
+    /// A new batch for `record` and the records like it that follow, made at `now`: its
+    /// records vector reserves room for as many records as the partition's last batch sent
+    /// (up to [`MAX_RESERVED_RECORDS`]), so it grows once, not once per doubling; its memory
+    /// comes from `spares` when an ended batch left some.
+    fn new_batch(
+        &self,
         record: &PendingRecord,
-        alone: bool,
         config: &Config,
-        now: &impl Fn() -> Instant,
+        now: Instant,
         spares: &mut Spares,
-    ) -> Result<(usize, Option<Instant>), ProduceError> {
-        let fits = |b: &Batch| -> Option<usize> {
-            if b.sealed || alone || b.count() >= config.batch_max_records {
-                return None;
-            }
-            let base = b.base_timestamp().unwrap_or(record.timestamp);
-            let size = record.size_at(b.count(), record.timestamp.wrapping_sub(base));
-            (b.size + size <= config.batch_size).then_some(size)
-        };
-        if let Some(b) = self.batches.back_mut() {
-            if let Some(size) = fits(b) {
-                return Ok((size, None));
-            }
-            b.sealed = true;
-        }
+    ) -> Batch {
         let reserve = self
             .last_count
             .min(config.batch_max_records)
@@ -977,8 +1144,7 @@ impl PartState {
             .saturating_mul(record.size_at(reserve, 60_000))
             .saturating_add(BATCH_HEADER_SIZE)
             .min(config.batch_size);
-        let now = now();
-        self.batches.push_back(Batch::new(
+        Batch::new(
             self.topic.clone(),
             self.partition,
             now,
@@ -986,39 +1152,8 @@ impl PartState {
             config.on_completion.clone(),
             (reserve, reserve_bytes),
             spares.take(),
-        ));
-        Ok((record.size_at(0, 0), Some(now)))
+        )
     }
-}
-
-/// Adds `record` (`size` bytes in the batch, `cost` against the buffer) to `batch`: encodes it
-/// into the batch's records section (the caller drops its key and value, on the sending thread),
-/// sealing the batch when it is full or the record is `alone`. Returns the record's future
-/// (with `want_future`) and whether the batch was sealed.
-///
-/// # Errors
-/// The record would take the batch past the protocol's `i32` limits (nothing added).
-fn add_record(
-    batch: &mut Batch,
-    record: &PendingRecord,
-    size: usize,
-    cost: usize,
-    alone: bool,
-    config: &Config,
-    want_future: bool,
-) -> Result<(Option<DeliveryFuture>, bool), kafkit_protocol::records::RecordsError> {
-    let index = u32::try_from(batch.count()).unwrap_or(u32::MAX);
-    let timestamp = record.timestamp;
-    batch.append(record, size)?;
-    batch.cost += cost;
-    let full =
-        alone || batch.count() >= config.batch_max_records || batch.size >= config.batch_size;
-    if full {
-        batch.sealed = true;
-    }
-    let future =
-        want_future.then(|| DeliveryFuture::pending(batch.shared.clone(), index, timestamp));
-    Ok((future, full))
 }
 
 #[cfg(test)]
@@ -1115,23 +1250,35 @@ mod tests {
             let (_f, wake) = st.append(0, rec(100), 100, false, &cfg, now).unwrap();
             wakes.push(wake);
         }
-        let sizes: Vec<(usize, bool)> = st.parts[0]
+        let mut sizes: Vec<(usize, bool)> = st.parts[0]
             .batches
             .iter()
             .map(|b| (b.count(), b.sealed))
             .collect();
+        // The open batch is in the partition's slot, the sealed ones in its queue.
+        let open = st.parts[0]
+            .slot
+            .lock()
+            .batch
+            .as_ref()
+            .map(|b| (b.count(), b.sealed));
+        sizes.extend(open);
         // 61 header bytes + 8 records of 109 bytes fit 1024; the 9th starts a new batch.
         assert_eq!(sizes, vec![(8, true), (8, true), (8, true), (1, false)]);
         assert!(st.parts[0].batches.iter().all(|b| b.size <= 1_024));
         // One wake-up: the sender has not planned since, so it is known to look again at once.
         assert_eq!(wakes.iter().filter(|w| **w).count(), 1);
-        assert_eq!(st.buffered_records, 25);
+        // 24 records in the queue, one in the open batch.
+        assert_eq!(st.buffered_records, 24);
+        assert_eq!(st.buffered(), (25, 2_500));
+        assert!(st.has_buffered());
 
         let cfg = config(|b| b.batch_max_records(4).linger(Duration::from_millis(100)));
         let mut st = state(1, false);
         for _ in 0..10 {
             drop(st.append(0, rec(10), 10, false, &cfg, now).unwrap());
         }
+        st.seal_all();
         let counts: Vec<usize> = st.parts[0].batches.iter().map(Batch::count).collect();
         assert_eq!(counts, vec![4, 4, 2]);
         drop_all(
@@ -1228,6 +1375,7 @@ mod tests {
         }
         st.brokers.get_mut(&0).unwrap().in_flight = 0;
         assert_eq!(st.plan(0, now, &cfg).request.len(), 1);
+        st.seal_all();
         drop_all(
             st.parts
                 .iter_mut()
@@ -1354,7 +1502,7 @@ mod tests {
                     unrouted.iter().map(|&i| Some(i)).collect::<Vec<_>>(),
                     vec![p.pos]
                 );
-            } else if p.batches.is_empty() {
+            } else if !st.has_batches(id) {
                 assert!(
                     listed.is_empty() && unrouted.is_empty() && p.pos.is_none(),
                     "{id}"
@@ -1419,6 +1567,7 @@ mod tests {
                 log_append_time: -1,
             });
         }
+        st.seal_all();
         drop_all(
             st.parts
                 .iter_mut()

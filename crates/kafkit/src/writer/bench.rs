@@ -59,15 +59,18 @@ pub fn encode_path(
     let round = round.max(1);
     for i in 0..records {
         let p = i32::try_from(i % partitions as u64).unwrap_or(0);
-        let prepared = inner.prepare(
-            super::ProducerRecordRef::to_default_topic(&value).partition(p),
-            futures,
-        )?;
-        if inner.try_acquire(prepared.cost).is_err() {
-            encode_round(&inner, brokers, &mut kept, &mut stats)?;
-            inner.try_acquire(prepared.cost)?;
+        // `send`'s way in: the slot's open batch without the state lock, else the state lock.
+        let record = super::ProducerRecordRef::to_default_topic(&value).partition(p);
+        match inner.send_at_once(record, futures)? {
+            super::inner::AtOnce::Done(result) => drop(result?),
+            super::inner::AtOnce::Wait(prepared) => {
+                if inner.try_acquire(prepared.cost).is_err() {
+                    encode_round(&inner, brokers, &mut kept, &mut stats)?;
+                    inner.try_acquire(prepared.cost)?;
+                }
+                drop(inner.enqueue(&prepared, false).into_result(&prepared)?);
+            }
         }
-        drop(inner.enqueue(&prepared, false).into_result(&prepared)?);
         if (i + 1) % round == 0 {
             encode_round(&inner, brokers, &mut kept, &mut stats)?;
         }
@@ -232,7 +235,8 @@ pub(super) mod tests {
     /// The open batch's shared slot and records memory, as addresses.
     fn open_batch(inner: &super::Inner) -> (usize, usize) {
         let st = inner.lock();
-        let b = st.parts[0].batches.back().expect("an open batch");
+        let open = st.parts[0].slot.lock();
+        let b = open.batch.as_ref().expect("an open batch");
         (
             std::sync::Arc::as_ptr(&b.shared) as usize,
             b.records_ptr() as usize,

@@ -20,6 +20,7 @@ use tokio::sync::{Notify, Semaphore, TryAcquireError, watch};
 use super::accumulator::{self, State};
 use super::batch::{self, Batch, DeliveryFuture, Outcome, PartId, PendingRecord};
 use super::config::Config;
+use super::open::{self, Open, SharedRoutes};
 use super::record::ProducerRecordRef;
 use super::stats::Stats;
 use super::txn_state::{Txn, record_failure};
@@ -45,6 +46,12 @@ pub(crate) struct Inner {
     pub(crate) transport: Transport,
     pub(crate) config: Config,
     state: Mutex<State>,
+    /// The topics and partition slots `send` reads without the state lock (open.rs).
+    routes: SharedRoutes,
+    /// Whether `send` may append without the state lock ([`Inner::append_fast`]): not for a
+    /// transactional writer, whose every record is checked against the transaction's state
+    /// under that lock.
+    fast_path: bool,
     pub(super) bytes: Semaphore,
     records: Option<Semaphore>,
     pub(crate) stats: Stats,
@@ -324,11 +331,16 @@ impl Inner {
         let records = config.max_buffered_records.map(Semaphore::new);
         let mut state = State::new(config.idempotent);
         state.spares = accumulator::Spares::for_buffer(config.buffer_memory);
+        state.limits = (config.buffer_memory, config.max_buffered_records);
+        let routes = state.routes.clone();
+        let fast_path = config.transactional_id.is_none();
         if config.transactional_id.is_some() {
             state.txn = Some(Txn::new());
         }
         Arc::new(Inner {
             state: Mutex::new(state),
+            routes,
+            fast_path,
             transport,
             config,
             bytes,
@@ -452,8 +464,10 @@ impl Inner {
     }
 
     /// `send`'s common case, room in the buffer and a known topic, without waiting: the
-    /// writer's lock is taken once (in `enqueue`), and no clock or timer is read for
-    /// `max_block`. Otherwise the checked record comes back to wait for its topic or for room.
+    /// record joins its partition's open batch under the partition's slot lock only
+    /// ([`Inner::append_fast`]), else the writer's state lock is taken once (in `enqueue`); no
+    /// clock or timer is read for `max_block`. Otherwise the checked record comes back to wait
+    /// for its topic or for room.
     /// A plain function, so that the checked record stays on its stack (the `send` future
     /// keeps it only when it must wait). `enqueue` copies the record's key, value and headers
     /// into the batch; the caller's own are dropped (a [`ProducerRecord`]'s) after the
@@ -463,7 +477,10 @@ impl Inner {
         record: ProducerRecordRef<'a>,
         want_future: bool,
     ) -> Result<AtOnce<'a>, ProduceError> {
-        let prepared = self.prepare(record, want_future)?;
+        let mut prepared = self.prepare(record, want_future)?;
+        if let Some(result) = self.append_fast(&mut prepared) {
+            return Ok(AtOnce::Done(result));
+        }
         if self.try_acquire_quietly(prepared.cost) {
             match self.enqueue(&prepared, true) {
                 Enqueued::Done(result) => return Ok(AtOnce::Done(result)),
@@ -471,6 +488,69 @@ impl Inner {
             }
         }
         Ok(AtOnce::Wait(prepared))
+    }
+
+    /// Appends the record to its partition's open batch under that partition's slot lock
+    /// only, charging the slot's buffer credit (topped up in chunks): when the writer is not
+    /// transactional, its topic and the partition's slot are known, the partition has a leader
+    /// and an open batch the record fits in and does not fill, and the buffer has room now. `None`, with
+    /// nothing done, otherwise: the caller takes the state lock (`enqueue`). A partition the
+    /// balancer chose is kept in `p`, so the slow path does not ask the balancer twice.
+    ///
+    /// No clock read, no allocation, no atomic operation on memory other partitions' senders
+    /// write (the routes are read through `arc-swap`'s thread-local debts).
+    #[inline(always)]
+    fn append_fast(
+        &self,
+        p: &mut Prepared,
+    ) -> Option<Result<Option<DeliveryFuture>, ProduceError>> {
+        if !self.fast_path {
+            return None;
+        }
+        let routes = self.routes.load();
+        let topic = topic_name(p.own_topic, &self.config);
+        let t = routes.topics.get(topic)?;
+        let partition = match p.partition {
+            Some(x) => x,
+            None => {
+                let chosen = self.balance(topic, &t.partitions, &t.available, p).ok()?;
+                p.partition = Some(chosen);
+                chosen
+            }
+        };
+        let slot = t.slots.get(usize::try_from(partition).ok()?)?.as_ref()?;
+        let mut open = slot.lock();
+        let open = &mut *open;
+        if !open.routed {
+            return None;
+        }
+        let size = {
+            let batch = open.batch.as_ref()?;
+            let size = open::fits(batch, &p.record, p.alone, &self.config)?;
+            if open::would_fill(batch, size, &self.config) {
+                return None;
+            }
+            size
+        };
+        if !self.top_up(open, p.cost, (routes.credit_bytes, routes.credit_records)) {
+            return None;
+        }
+        let batch = open.batch.as_mut()?;
+        let (future, _) = open::add_record(
+            batch,
+            &p.record,
+            size,
+            p.cost,
+            false,
+            &self.config,
+            p.want_future,
+        )
+        .ok()?;
+        open.credit_bytes -= p.cost;
+        if self.records.is_some() {
+            open.credit_records -= 1;
+        }
+        Some(Ok(future))
     }
 
     /// The record's size as a batch of its own with the writer's codec (for oversized
@@ -612,7 +692,15 @@ impl Inner {
         }
     }
 
+    /// Waits for `cost` bytes and a record of buffer space. The slots' credit is given back
+    /// first, so that no room sits in a slot while this waits.
+    ///
+    /// Cancel safe: nothing is held when the future is dropped.
     pub(super) async fn acquire(&self, cost: usize) -> Result<(), ProduceError> {
+        if self.try_acquire_quietly(cost) {
+            return Ok(());
+        }
+        self.reclaim_credit();
         let closed = |_| ProduceError::Closed(CLOSE_CALLED);
         let n = u32::try_from(cost).unwrap_or(u32::MAX);
         // The byte permits are held (not forgotten) until the record permit comes: a caller
@@ -628,11 +716,19 @@ impl Inner {
     pub(super) fn try_acquire(&self, cost: usize) -> Result<(), ProduceError> {
         let full = |e: TryAcquireError, st: &State| match e {
             TryAcquireError::Closed => ProduceError::Closed(CLOSE_CALLED),
-            TryAcquireError::NoPermits => ProduceError::QueueFull {
-                buffered_records: st.buffered_records,
-                buffered_bytes: st.buffered_bytes,
-            },
+            TryAcquireError::NoPermits => {
+                let (buffered_records, buffered_bytes) = st.buffered();
+                ProduceError::QueueFull {
+                    buffered_records,
+                    buffered_bytes,
+                }
+            }
         };
+        if self.try_acquire_quietly(cost) {
+            return Ok(());
+        }
+        // Room held as the slots' credit is room too.
+        self.reclaim_credit();
         let n = u32::try_from(cost).unwrap_or(u32::MAX);
         match self.bytes.try_acquire_many(n) {
             Ok(p) => p.forget(),
@@ -664,6 +760,61 @@ impl Inner {
             }
         }
         bytes.forget();
+        true
+    }
+
+    /// Gives every slot's credit back to the buffer's semaphores (slot locks only, one at a
+    /// time).
+    pub(super) fn reclaim_credit(&self) {
+        let routes = self.routes.load();
+        let (mut bytes, mut records) = (0, 0);
+        for slot in routes.slots() {
+            let mut open = slot.lock();
+            bytes += std::mem::take(&mut open.credit_bytes);
+            records += std::mem::take(&mut open.credit_records);
+        }
+        self.release(bytes, records);
+    }
+
+    /// Tops partition's slot `open` up to `cost` bytes and a record of credit, in chunks of
+    /// `chunks` (bytes, records) taken from the buffer's semaphores; false, with the credit as
+    /// it was, when the buffer has not that much room now.
+    #[inline(always)]
+    fn top_up(
+        &self,
+        open: &mut Open,
+        cost: usize,
+        (chunk_bytes, chunk_records): (usize, usize),
+    ) -> bool {
+        let take = |sem: &Semaphore, need: usize, chunk: usize| -> Option<usize> {
+            let chunk = chunk.max(need);
+            let ok = |n: usize| {
+                u32::try_from(n)
+                    .ok()
+                    .and_then(|n| sem.try_acquire_many(n).ok())
+                    .map(|p| p.forget())
+            };
+            ok(chunk)
+                .map(|()| chunk)
+                .or_else(|| ok(need).map(|()| need))
+        };
+        let mut took_bytes = 0;
+        if open.credit_bytes < cost {
+            let Some(n) = take(&self.bytes, cost - open.credit_bytes, chunk_bytes) else {
+                return false;
+            };
+            took_bytes = n;
+        }
+        if let Some(records) = &self.records
+            && open.credit_records == 0
+        {
+            let Some(n) = take(records, 1, chunk_records) else {
+                self.bytes.add_permits(took_bytes);
+                return false;
+            };
+            open.credit_records = n;
+        }
+        open.credit_bytes += took_bytes;
         true
     }
 
@@ -780,19 +931,30 @@ impl Inner {
                 }
                 .into());
             }
-            None => {
-                let r = BalancerRecord::new(
-                    topic,
-                    p.record.key,
-                    p.record.key.map_or(0, <[u8]>::len) + p.record.value.map_or(0, <[u8]>::len),
-                );
-                match &self.config.sticky {
-                    // The default: keyless records among the partitions with a leader.
-                    Some(sticky) => sticky.balance_available(&r, &t.partitions, &t.available)?,
-                    None => self.config.balancer.balance(&r, &t.partitions)?,
-                }
-            }
+            None => self.balance(topic, &t.partitions, &t.available, p)?,
         })
+    }
+
+    /// The balancer's partition for record `p` of `topic` among `partitions` (`available`:
+    /// those with a leader, for the default sticky balancer's keyless records).
+    #[inline(always)]
+    fn balance(
+        &self,
+        topic: &str,
+        partitions: &[i32],
+        available: &[i32],
+        p: &Prepared,
+    ) -> Result<i32, BalanceError> {
+        let r = BalancerRecord::new(
+            topic,
+            p.record.key,
+            p.record.key.map_or(0, <[u8]>::len) + p.record.value.map_or(0, <[u8]>::len),
+        );
+        match &self.config.sticky {
+            // The default: keyless records among the partitions with a leader.
+            Some(sticky) => sticky.balance_available(&r, partitions, available),
+            None => self.config.balancer.balance(&r, partitions),
+        }
     }
 
     /// Routes partition `id` (`partition` of `topic`) from the cached metadata when it was
@@ -893,7 +1055,7 @@ impl Inner {
             st.buffered_records = st.buffered_records.saturating_sub(records);
             st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
             let txn_failed = fail_transaction(&mut st, done);
-            (st.closing && st.buffered_records == 0, txn_failed)
+            (st.closing && !st.has_buffered(), txn_failed)
         };
         self.release(cost, records);
         for (batch, outcome) in done.iter_mut() {
@@ -1005,7 +1167,11 @@ impl Inner {
             st.shutdown = true;
             let mut done = Vec::new();
             let mut in_flight = Vec::new();
-            for p in &mut st.parts {
+            for id in 0..st.parts.len() {
+                if let Some(b) = st.take_open(id) {
+                    st.parts[id].batches.push_back(b);
+                }
+                let p = &mut st.parts[id];
                 in_flight.extend(p.in_flight.iter().cloned());
                 for b in p.batches.drain(..) {
                     let e =

@@ -26,6 +26,7 @@ mod config;
 mod encode;
 mod inner;
 mod lists;
+mod open;
 mod record;
 mod router;
 mod sender;
@@ -312,12 +313,10 @@ impl Writer {
         match tokio::time::timeout(left, inner.acquire(prepared.cost)).await {
             Ok(taken) => taken?,
             Err(_) => {
-                let full = {
-                    let st = inner.lock();
-                    ProduceError::QueueFull {
-                        buffered_records: st.buffered_records,
-                        buffered_bytes: st.buffered_bytes,
-                    }
+                let (buffered_records, buffered_bytes) = inner.lock().buffered();
+                let full = ProduceError::QueueFull {
+                    buffered_records,
+                    buffered_bytes,
                 };
                 return Err(ProduceError::BlockTimeout {
                     topic: topic.to_owned(),
@@ -477,10 +476,8 @@ impl Writer {
     /// Counters since the writer was built: records, bytes, requests per broker, batch sizes,
     /// retries, errors, latency percentiles, what is buffered now.
     pub fn stats(&self) -> WriterStats {
-        let (records, bytes) = {
-            let st = self.inner.lock();
-            (st.buffered_records as u64, st.buffered_bytes as u64)
-        };
+        let (records, bytes) = self.inner.lock().buffered();
+        let (records, bytes) = (records as u64, bytes as u64);
         self.inner.stats.snapshot(records, bytes)
     }
 

@@ -71,7 +71,7 @@ impl RouterWork {
         let mut first_deadline: Option<Instant> = None;
         for &id in &st.unrouted {
             let t = &st.parts[id].topic;
-            if let Some(f) = st.parts[id].batches.front() {
+            if let Some(f) = st.front(id) {
                 first_deadline = Some(first_deadline.map_or(f.deadline, |d| d.min(f.deadline)));
                 if !topics.iter().any(|x| x == t) {
                     topics.push(t.clone());
@@ -84,7 +84,7 @@ impl RouterWork {
         // from its coordinator when a transaction aborts), never here.
         let needs_id = matches!(st.producer.status, ProducerStatus::Needed)
             && st.txn.is_none()
-            && st.buffered_records > 0
+            && st.has_buffered()
             && (st.producer.id < 0 || !st.any_in_flight());
         RouterWork {
             needs_id,
@@ -179,12 +179,12 @@ fn end_round(
     let mut plan = Plan::default();
     st.expire(&ids, now, &inner.config, &mut plan);
     for &id in &st.unrouted {
-        if let Some(f) = st.parts[id].batches.front() {
+        if let Some(f) = st.front(id) {
             *next_wake = Some(next_wake.map_or(f.deadline, |w| w.min(f.deadline)));
             *next_wake = Some(next_wake.map_or(now + backoff, |w| w.min(now + backoff)));
         }
     }
-    let stop = st.closing && st.buffered_records == 0 && plan.done.is_empty();
+    let stop = st.closing && !st.has_buffered() && plan.done.is_empty();
     if stop {
         st.shutdown = true;
     }
@@ -233,7 +233,7 @@ async fn route(inner: &Arc<Inner>, topics: &[Arc<str>], bound: Duration, every_p
         let mut stale: Vec<&str> = Vec::new();
         for &id in &st.unrouted {
             let topic = &*st.parts[id].topic;
-            if !st.parts[id].batches.is_empty() && !stale.contains(&topic) {
+            if st.has_batches(id) && !stale.contains(&topic) {
                 stale.push(topic);
             }
         }

@@ -306,4 +306,101 @@ pub(super) mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    /// `send`'s way in for partition `p` of an offline writer, as `Writer::send_ref`.
+    fn send_at_once(
+        inner: &std::sync::Arc<super::Inner>,
+        p: i32,
+        value: &[u8],
+    ) -> Option<crate::writer::DeliveryFuture> {
+        let r = crate::writer::ProducerRecordRef::to_default_topic(value).partition(p);
+        match inner.send_at_once(r, true).expect("taken") {
+            super::super::inner::AtOnce::Done(r) => r.expect("appended"),
+            super::super::inner::AtOnce::Wait(_) => panic!("the record had to wait"),
+        }
+    }
+
+    /// A record that joins its partition's open batch takes that partition's slot lock only:
+    /// it is taken while another thread holds the writer's state lock (before the slots, every
+    /// record took the state lock and this waited).
+    #[test]
+    fn a_record_joins_the_open_batch_while_the_state_lock_is_held() {
+        let t = Transport::builder(["127.0.0.1:1"])
+            .build()
+            .expect("transport");
+        let b = Writer::builder(t)
+            .enable_idempotence(false)
+            .linger(std::time::Duration::from_secs(60));
+        let (_w, inner) = super::offline_writer(b, 2, 1).expect("offline writer");
+        // The first record starts the batch (state lock), the second joins it (slot lock).
+        drop(send_at_once(&inner, 0, b"first"));
+        let held = inner.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sender = {
+            let inner = inner.clone();
+            std::thread::spawn(move || {
+                drop(send_at_once(&inner, 0, b"second"));
+                let _ = tx.send(());
+            })
+        };
+        let joined = rx.recv_timeout(std::time::Duration::from_secs(10));
+        drop(held);
+        sender.join().expect("the sending thread");
+        assert!(joined.is_ok(), "the record waited for the state lock");
+        let st = inner.lock();
+        assert_eq!(st.buffered(), (2, st.buffered().1));
+        assert_eq!(st.open_batches, 1);
+    }
+
+    /// The fast path charges the slot's credit, taken from the buffer in chunks; that credit is
+    /// room all the same: `try_send` of a record as large as what is left, credit included,
+    /// gets it (the slots give their credit back first).
+    #[test]
+    fn room_held_as_a_slot_s_credit_is_given_back_to_a_record_that_needs_it() {
+        let t = Transport::builder(["127.0.0.1:1"])
+            .build()
+            .expect("transport");
+        let b = Writer::builder(t)
+            .enable_idempotence(false)
+            .batch_size(1 << 20)
+            .buffer_memory(1 << 20)
+            .linger(std::time::Duration::from_secs(60));
+        let (_w, inner) = super::offline_writer(b, 2, 1).expect("offline writer");
+        drop(send_at_once(&inner, 0, b"first"));
+        drop(send_at_once(&inner, 0, b"second"));
+        let (_, buffered) = inner.lock().buffered();
+        let free = inner.bytes.available_permits();
+        let credit = inner.lock().parts[0].slot.lock().credit_bytes;
+        assert!(credit > 0, "the second record took a chunk of credit");
+        assert_eq!(free + credit + buffered, 1 << 20, "no byte lost or made");
+        // More than the semaphore has, less than it has with the credit back.
+        inner
+            .try_acquire(free + credit)
+            .expect("room, credit included");
+        assert_eq!(inner.lock().parts[0].slot.lock().credit_bytes, 0);
+        assert_eq!(inner.bytes.available_permits(), 0);
+        inner.release(free + credit, 1);
+    }
+
+    /// A partition without a leader never takes the fast path (the state lock may learn the
+    /// leader from cached metadata, and must wake its sender).
+    #[test]
+    fn an_unrouted_partition_takes_the_state_lock() {
+        let (_w, inner) = offline();
+        drop(send_at_once(&inner, 0, b"first"));
+        {
+            let mut st = inner.lock();
+            st.set_leader(0, -1);
+            assert!(!st.parts[0].slot.lock().routed);
+        }
+        let mut p = inner
+            .prepare(
+                crate::writer::ProducerRecordRef::to_default_topic(b"second").partition(0),
+                true,
+            )
+            .expect("prepared");
+        assert!(inner.append_fast(&mut p).is_none());
+        inner.lock().set_leader(0, 0);
+        assert!(inner.append_fast(&mut p).is_some());
+    }
 }

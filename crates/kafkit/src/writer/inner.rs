@@ -47,7 +47,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     state: Mutex<State>,
     /// The topics and partition slots `send` reads without the state lock (open.rs).
-    routes: SharedRoutes,
+    routes: Arc<SharedRoutes>,
     /// Whether `send` may append without the state lock ([`Inner::append_fast`]): not for a
     /// transactional writer, whose every record is checked against the transaction's state
     /// under that lock.
@@ -498,16 +498,25 @@ impl Inner {
     /// balancer chose is kept in `p`, so the slow path does not ask the balancer twice.
     ///
     /// No clock read, no allocation, no atomic operation on memory other partitions' senders
-    /// write (the routes are read through `arc-swap`'s thread-local debts).
+    /// write (the routes are read through the thread's cache, `SharedRoutes::with`).
     #[inline(always)]
-    fn append_fast(
+    pub(super) fn append_fast(
         &self,
         p: &mut Prepared,
     ) -> Option<Result<Option<DeliveryFuture>, ProduceError>> {
         if !self.fast_path {
             return None;
         }
-        let routes = self.routes.load();
+        self.routes.with(|routes| self.append_routed(routes, p))
+    }
+
+    /// [`Inner::append_fast`] with the writer's `routes`.
+    #[inline(always)]
+    fn append_routed(
+        &self,
+        routes: &open::Routes,
+        p: &mut Prepared,
+    ) -> Option<Result<Option<DeliveryFuture>, ProduceError>> {
         let topic = topic_name(p.own_topic, &self.config);
         let t = routes.topics.get(topic)?;
         let partition = match p.partition {

@@ -182,7 +182,7 @@ pub(crate) struct State {
     /// Partitions with an open batch in their slot.
     pub(crate) open_batches: usize,
     /// The topics as `send` reads them without this lock, published again on every change.
-    pub(crate) routes: Arc<SharedRoutes>,
+    pub(crate) routes: SharedRoutes,
     /// `buffer_memory` and `max_buffered_records`, for the slots' credit chunks.
     pub(crate) limits: (usize, Option<usize>),
     /// The transaction state machine of a transactional writer (KIP-98); `None` otherwise.
@@ -366,7 +366,7 @@ impl State {
             buffered_records: 0,
             buffered_bytes: 0,
             open_batches: 0,
-            routes: Arc::default(),
+            routes: SharedRoutes::default(),
             limits: (usize::MAX, None),
             txn: None,
         }

@@ -47,7 +47,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     state: Mutex<State>,
     /// The topics and partition slots `send` reads without the state lock (open.rs).
-    routes: Arc<SharedRoutes>,
+    routes: SharedRoutes,
     /// Whether `send` may append without the state lock ([`Inner::append_fast`]): not for a
     /// transactional writer, whose every record is checked against the transaction's state
     /// under that lock.
@@ -498,7 +498,7 @@ impl Inner {
     /// balancer chose is kept in `p`, so the slow path does not ask the balancer twice.
     ///
     /// No clock read, no allocation, no atomic operation on memory other partitions' senders
-    /// write (the routes are read through the thread's cache, `SharedRoutes::with`).
+    /// write (the routes are read through `arc-swap`'s thread-local debts).
     #[inline(always)]
     pub(super) fn append_fast(
         &self,
@@ -507,7 +507,7 @@ impl Inner {
         if !self.fast_path {
             return None;
         }
-        self.routes.with(|routes| self.append_routed(routes, p))
+        self.append_routed(&self.routes.load(), p)
     }
 
     /// [`Inner::append_fast`] with the writer's `routes`.

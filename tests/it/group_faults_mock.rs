@@ -360,6 +360,57 @@ async fn commit_meeting_a_rebalance_is_sent_again_after_it() {
     r.close().await;
 }
 
+/// `unsubscribe` commits what the member consumed (auto-commit's commit on revocation) before it
+/// leaves, even when the coordinator refuses that commit's first attempt (NOT_COORDINATOR: the
+/// commit waits to be sent again to the coordinator found again). The member used to wait for
+/// the commits in flight only, then leave: the commit sent again after the refusal never went
+/// out, and the group kept no offset (the flaky `subscription_changes_after_build_consumer` on
+/// Apache Kafka, where a closed idle connection did the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribe_commits_before_leaving_when_the_first_attempt_is_refused() {
+    let (mock, bootstrap, topic, group) = setup("group-unsub-commit", 6, 10).await;
+    let mut r = member(&bootstrap, &group, &topic)
+        .enable_auto_commit(true)
+        // Only the revocation commits: no periodic commit within the test.
+        .auto_commit_interval(Duration::from_secs(3_600))
+        .build()
+        .expect("member");
+    let (mut seen, mut delivered) = (BTreeSet::new(), 0);
+    drive(
+        &mut r,
+        &mut seen,
+        &mut delivered,
+        "every record",
+        |_, s, _| s.len() == 60,
+    )
+    .await;
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 6).await,
+        (0..6).map(|p| (p, None)).collect(),
+        "nothing committed before the unsubscribe"
+    );
+    mock.cluster().request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR],
+    );
+    r.unsubscribe().expect("unsubscribe");
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while r.stats().state != "unsubscribed" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "unsubscribed within {GUARD:?}: {}",
+            r.stats().state
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), r.next_batch()).await;
+    }
+    assert_eq!(
+        committed(&bootstrap, &group, &topic, 6).await,
+        all_at(6, 10),
+        "the revocation's commit reached the coordinator before the member left"
+    );
+    r.close().await;
+}
+
 /// `max_poll_interval`: a member whose application stops polling leaves the group (the
 /// other member takes every partition over, while the first still is not polled); its next
 /// poll returns `MaxPollIntervalExceeded`, the poll after reports its partitions lost (not

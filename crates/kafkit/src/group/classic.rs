@@ -217,7 +217,7 @@ impl Classic {
                     continue;
                 }
             }
-            self.core.commits_answered().await;
+            self.core.commits_answered().await?;
             self.rejoin = None;
             self.core.shared.rebalance_started();
             self.core.commit_ready = false;
@@ -246,7 +246,7 @@ impl Classic {
     async fn unsubscribed(&mut self) -> Result<(), Stop> {
         tracing::info!(group = %self.core.group_id(), "unsubscribed: leaving the group");
         self.core.revoke_all(false).await?;
-        self.core.commits_answered().await;
+        self.core.commits_answered().await?;
         self.leave().await;
         self.end_generation();
         self.member_id.clear();

@@ -328,7 +328,7 @@ impl Consumer {
     async fn unsubscribed(&mut self) -> Result<(), Stop> {
         tracing::info!(group = %self.core.group_id(), "unsubscribed: leaving the group");
         self.core.revoke_all(false).await?;
-        self.core.commits_answered().await;
+        self.core.commits_answered().await?;
         self.leave().await;
         self.core.beat = None;
         self.core.drop_heartbeat();

@@ -110,6 +110,12 @@ pub(crate) struct Member {
     /// What the close asked of the membership (KIP-1092); `Default` until then (a drop, a
     /// poll timeout).
     pub(crate) leave_op: super::config::GroupMembershipOperation,
+    /// A FindCoordinator (and dial) running in the background for a commit that is due while
+    /// the coordinator's connection is gone ([`Member::find_for_commits`]).
+    finding: Option<tokio::task::JoinHandle<crate::error::Result<(i32, Conn)>>>,
+    /// Background lookups that failed in a row, and when the next may start (backoff).
+    find_failures: u32,
+    find_after: Instant,
 }
 
 /// An OffsetCommit answer (its topics named) and the topic ids its request carried.
@@ -150,6 +156,9 @@ impl Member {
             bad_ids: std::collections::HashSet::new(),
             learned_ids: HashMap::new(),
             leave_op: super::config::GroupMembershipOperation::Default,
+            finding: None,
+            find_failures: 0,
+            find_after: Instant::now(),
         }
     }
 
@@ -173,7 +182,10 @@ impl Member {
             }
             self.flush_deferred();
             self.maybe_beat();
-            let retry_at = self.deferred.iter().map(|(_, at)| *at).min();
+            self.find_for_commits();
+            let retry_at = self.commit_wake_at();
+            let has_find = self.finding.is_some();
+            let finding = self.finding.as_mut();
             // Only while connected: without a connection `maybe_beat` sends nothing, and a
             // due time in the past would wake this loop again at once.
             let beat_at = match (&self.beat, &self.heartbeat) {
@@ -209,9 +221,79 @@ impl Member {
                         return Ok(Wake::Beat);
                     }
                 }
+                found = async { finding.expect("guarded").await }, if has_find => {
+                    self.finding = None;
+                    self.found_for_commits(found);
+                }
                 out = &mut *fut => return Ok(Wake::Done(out)),
                 () = sleep_until(beat_at.unwrap_or_else(far)), if beat_at.is_some() => {}
                 () = sleep_until(retry_at.unwrap_or_else(far)), if retry_at.is_some() => {}
+            }
+        }
+    }
+
+    /// Whether the deferred commits may be sent now (stable, or a revocation's, which goes
+    /// with the generation that is ending).
+    fn may_commit(&self) -> bool {
+        self.commit_ready || (self.revoking && self.who.generation >= 0)
+    }
+
+    /// When [`Member::during`] must look at the deferred commits again: the first one's retry
+    /// time while connected; while not, when the next background lookup may start
+    /// ([`Member::find_for_commits`]; one running wakes the loop itself). `None` when no
+    /// commit may be sent now: the end of the rebalance, or a command, wakes the loop.
+    fn commit_wake_at(&self) -> Option<Instant> {
+        if self.deferred.is_empty() || !self.may_commit() {
+            return None;
+        }
+        let first = self.deferred.iter().map(|(_, at)| *at).min()?;
+        if self.coord.connected().is_some() {
+            Some(first)
+        } else if self.finding.is_none() {
+            Some(first.max(self.find_after))
+        } else {
+            None
+        }
+    }
+
+    /// A commit is due while the coordinator's connection is gone (a NOT_COORDINATOR answer,
+    /// a connection closed while idle): the coordinator is looked up in the background, so the
+    /// commit goes out while the member waits for something else (a revocation waiting for
+    /// its own commit, as auto-commit's is). It used to wait there until its deadline.
+    fn find_for_commits(&mut self) {
+        if self.finding.is_some() || self.coord.connected().is_some() || !self.may_commit() {
+            return;
+        }
+        let now = Instant::now();
+        if now < self.find_after || !self.deferred.iter().any(|(_, at)| *at <= now) {
+            return;
+        }
+        self.finding = Some(tokio::spawn(self.coord.find()));
+    }
+
+    /// The background lookup's answer: the coordinator's connection kept, or a backoff before
+    /// the next (a lookup that cannot succeed is the protocol loop's to report, as it looks
+    /// the coordinator up itself).
+    fn found_for_commits(
+        &mut self,
+        found: std::result::Result<crate::error::Result<(i32, Conn)>, tokio::task::JoinError>,
+    ) {
+        match found {
+            Ok(Ok((node, conn))) => {
+                self.coord.set(node, conn);
+                self.find_failures = 0;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(group = %self.group_id(), error = %e, "coordinator not found for a commit yet");
+                self.coord.lost();
+                self.find_failures += 1;
+                self.find_after = Instant::now()
+                    + commit::backoff(self.shared.config.retry_backoff, self.find_failures);
+            }
+            Err(_) => {
+                self.find_failures += 1;
+                self.find_after = Instant::now()
+                    + commit::backoff(self.shared.config.retry_backoff, self.find_failures);
             }
         }
     }
@@ -244,23 +326,57 @@ impl Member {
     }
 
     /// Waits (up to the transport's default API timeout) until the commits in flight are
-    /// answered. Called before a JoinGroup: a commit the revocation sent with the generation
-    /// the rebalance ends must reach the coordinator before the JoinGroup that ends it, or it
-    /// is refused with ILLEGAL_GENERATION (Java commits synchronously in `onJoinPrepare`;
-    /// librdkafka waits for its commits in progress before it rejoins).
-    pub(crate) async fn commits_answered(&mut self) {
+    /// answered, and sends, then waits for, the commits still waiting to be sent (a revocation's
+    /// commit deferred because the coordinator's connection was gone, or sent again after a
+    /// retriable refusal), with the generation that is ending (finding the coordinator again
+    /// first when needed). Called before a JoinGroup and before leaving: a commit the
+    /// revocation asked for with the generation the rebalance ends must reach the coordinator
+    /// before the JoinGroup or the leave that ends it, or it is refused with
+    /// ILLEGAL_GENERATION or never sent (Java commits synchronously in `onJoinPrepare` and
+    /// `onLeavePrepare`; librdkafka waits for its commits in progress before it rejoins). While
+    /// this waits the member counts as revoking: a REBALANCE_IN_PROGRESS refusal fails the
+    /// commit at once rather than waiting for a rebalance that waits for this member.
+    ///
+    /// Errors: [`Stop`] when the application closes the member meanwhile.
+    pub(crate) async fn commits_answered(&mut self) -> Result<(), Stop> {
         let deadline = Instant::now() + self.shared.transport.default_api_timeout();
-        while !self.commits.is_empty() {
+        let was = std::mem::replace(&mut self.revoking, true);
+        let result = self.commits_answered_by(deadline).await;
+        self.revoking = was;
+        result
+    }
+
+    /// [`Member::commits_answered`] until `deadline`.
+    async fn commits_answered_by(&mut self, deadline: Instant) -> Result<(), Stop> {
+        loop {
+            let sendable = !self.deferred.is_empty() && self.who.generation >= 0;
+            if sendable && self.coord.connected().is_none() {
+                self.ensure_coordinator_by(Some(deadline)).await?;
+            }
+            if sendable {
+                self.flush_deferred();
+            }
+            let waiting = self.who.generation >= 0 && !self.deferred.is_empty();
+            if self.commits.is_empty() && !waiting {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                tracing::debug!(group = %self.group_id(), "commits still in flight at the rejoin");
+                return Ok(());
+            }
+            let retry_at = self
+                .deferred
+                .iter()
+                .map(|(_, at)| *at)
+                .min()
+                .map_or(deadline, |at| at.clamp(Instant::now(), deadline));
             tokio::select! {
-                done = self.commits.join_next() => {
-                    if let Some(Ok((req, offsets, result))) = done {
+                Some(done) = self.commits.join_next(), if !self.commits.is_empty() => {
+                    if let Ok((req, offsets, result)) = done {
                         self.on_commit_answer(req, offsets, result);
                     }
                 }
-                () = sleep_until(deadline) => {
-                    tracing::debug!(group = %self.group_id(), "commits still in flight at the rejoin");
-                    return;
-                }
+                () = sleep_until(retry_at) => {}
             }
         }
     }
@@ -354,6 +470,9 @@ impl Member {
             let find = self.coord.find();
             match self.wait(find).await? {
                 Ok((node, conn)) => {
+                    if let Some(f) = self.finding.take() {
+                        f.abort();
+                    }
                     self.coord.set(node, conn.clone());
                     return Ok(Some((node, conn)));
                 }
@@ -717,7 +836,7 @@ impl Member {
                 req.answer(Err(e));
                 continue;
             }
-            let may = self.commit_ready || (self.revoking && self.who.generation >= 0);
+            let may = self.may_commit();
             if !may || at > now {
                 keep.push((req, at));
                 continue;
@@ -884,6 +1003,9 @@ impl Member {
             }
         }
         self.commits.abort_all();
+        if let Some(f) = self.finding.take() {
+            f.abort();
+        }
         for (req, _) in self.deferred.drain(..) {
             req.answer(Err(Error::Group(GroupError::Closed)));
         }

@@ -33,6 +33,17 @@
 //! (`producer-tasks-*.svg`).
 //! The `txn` case always sends from one task (a transaction is the records in order).
 //!
+//! The consumer bench (`kafkit-bench consumer`, see [`consumer`]) takes `--tasks` the same way:
+//! N tokio tasks sharing one Reader (ours), N OS threads polling one librdkafka consumer (the
+//! peer), the same scaling table and, with `--svg DIR`, `consumer-tasks-*.svg` ([`scaling`] holds
+//! both benches' table and charts). Its options: `--cases tansu,mock`, `--partitions 6,48,1000`,
+//! `--records`, `--value-size`, `--tansu HOST:PORT`, `--clients`, `--repeat`, `--fill-linger-ms`,
+//! `--tasks`, `--svg`, the fetch settings of both clients (`--fetch-min-bytes`,
+//! `--fetch-max-wait-ms`, `--max-partition-fetch-bytes`, `--fetch-max-bytes`,
+//! `--queued-max-kbytes`, `--check-crcs`, `--rdkafka-queued-min-messages`,
+//! `--rdkafka-fetch-queue-backoff-ms`) and `--group` with its settings (`--members`,
+//! `--assignor`, `--session-timeout-ms`, `--heartbeat-interval-ms`, `--leave-at`).
+//!
 //! The result is a Markdown table on stdout; progress goes to stderr. The exit code is non-zero
 //! when a run failed or lost records.
 
@@ -42,6 +53,7 @@ mod cpu;
 mod encode;
 mod ours;
 mod peer;
+mod scaling;
 mod svg;
 
 /// Counts every allocation of Rust code (see [`alloc`]).
@@ -656,7 +668,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
     }
     print_table(args, &rows);
     if args.tasks.len() > 1 {
-        print_scaling(&clients, &rows);
+        scaling::print_tables(&SENDING, &clients, &case_runs(&rows));
     }
     if let Some(dir) = &args.svg {
         write_charts(dir, &args.tasks, &rows)?;
@@ -947,93 +959,49 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
     }
 }
 
-/// The rows of one case run (a case and its partition count), in run order.
-fn case_runs(rows: &[Row]) -> Vec<Vec<&Row>> {
-    let mut runs: Vec<Vec<&Row>> = Vec::new();
+/// The producer's words in the scaling table and charts.
+const SENDING: scaling::Words = scaling::Words {
+    verb: "sending",
+    sharing: "ours: tokio tasks sharing one Writer; librdkafka: threads sharing one producer",
+    file: "producer",
+    title: "Producer",
+    failed: "failed",
+    axis: "sending tasks / threads (log scale)",
+};
+
+/// The runs of each case (a case and its partition count), in run order, for the scaling table
+/// and charts.
+fn case_runs(rows: &[Row]) -> Vec<scaling::CaseRuns> {
+    let mut runs: Vec<(&Row, scaling::CaseRuns)> = Vec::new();
     for row in rows {
-        let same = |r: &&Row| {
+        let same = |r: &Row| {
             r.case == row.case && r.partitions == row.partitions && r.records == row.records
         };
-        match runs.iter_mut().find(|run| run.first().is_some_and(same)) {
-            Some(run) => run.push(row),
-            None => runs.push(vec![row]),
+        let entry = scaling::Entry {
+            client: row.client,
+            tasks: row.tasks,
+            outcome: scaling::Outcome::of(&row.result),
+        };
+        match runs.iter_mut().find(|(first, _)| same(first)) {
+            Some((_, run)) => run.entries.push(entry),
+            None => runs.push((
+                row,
+                scaling::CaseRuns {
+                    heading: format!(
+                        "case {}, {}, {} partitions, {} records",
+                        row.case.name(),
+                        row.broker,
+                        row.partitions,
+                        row.records
+                    ),
+                    legend: format!("{} {}", row.case.name(), row.partitions),
+                    title: format!("{} ({} partitions)", row.case.name(), row.partitions),
+                    entries: vec![entry],
+                },
+            )),
         }
     }
-    runs
-}
-
-/// Records/s, CPU µs per record and the system time's share of the CPU of a run that delivered
-/// records.
-fn rates(r: &RunResult) -> Option<(f64, f64, f64)> {
-    if r.delivered == 0 {
-        return None;
-    }
-    let secs = r.wall.as_secs_f64().max(1e-9);
-    let cpu = (r.cpu.user + r.cpu.system).as_secs_f64();
-    let system = if cpu > 0.0 {
-        r.cpu.system.as_secs_f64() / cpu
-    } else {
-        0.0
-    };
-    Some((
-        r.delivered as f64 / secs,
-        cpu * 1e6 / r.delivered as f64,
-        system,
-    ))
-}
-
-/// Prints, per case run with several task counts, the scaling table: each client's runs by task
-/// count, records/s and CPU per record, and records/s against the client's 1-task run.
-fn print_scaling(clients: &[Client], rows: &[Row]) {
-    for run in case_runs(rows) {
-        let Some(first) = run.first() else { continue };
-        if run.iter().all(|r| r.tasks == first.tasks) {
-            continue;
-        }
-        println!();
-        println!(
-            "Scaling with sending tasks: case {}, {}, {} partitions, {} records (ours: tokio \
-             tasks sharing one Writer; librdkafka: threads sharing one producer).",
-            first.case.name(),
-            first.broker,
-            first.partitions,
-            first.records
-        );
-        println!();
-        println!(
-            "| tasks | client | records/s | CPU µs / record | system share of CPU | records/s vs 1 task |"
-        );
-        println!("| ---: | --- | ---: | ---: | ---: | ---: |");
-        for &client in clients {
-            let mine: Vec<&&Row> = run.iter().filter(|r| r.client == client).collect();
-            let one = mine
-                .iter()
-                .find(|r| r.tasks == 1)
-                .and_then(|r| r.result.as_ref().ok())
-                .and_then(rates)
-                .map(|(rate, _, _)| rate);
-            for row in mine {
-                let head = format!("| {} | {} |", row.tasks, row.client.name());
-                match row.result.as_ref().map(|r| (r, rates(r))) {
-                    Ok((r, Some((rate, cpu, system)))) => {
-                        let failed = if r.failed > 0 {
-                            format!(" ({} failed)", r.failed)
-                        } else {
-                            String::new()
-                        };
-                        let relative = one
-                            .map_or_else(|| "n/a".to_string(), |one| format!("{:.2}x", rate / one));
-                        println!(
-                            "{head} {rate:.0}{failed} | {cpu:.2} | {:.0} % | {relative} |",
-                            system * 100.0
-                        );
-                    }
-                    Ok((_, None)) => println!("{head} none delivered | | | |"),
-                    Err(e) => println!("{head} failed: {} | | | |", e.replace('|', "/")),
-                }
-            }
-        }
-    }
+    runs.into_iter().map(|(_, run)| run).collect()
 }
 
 /// `1,2,4`: the task counts as given.
@@ -1050,10 +1018,6 @@ fn task_list(tasks: &[u64]) -> String {
 /// `tasks`); with several task counts also both against the task count, one line per client (and
 /// case run, when several had more than one task count).
 fn write_charts(dir: &std::path::Path, tasks: &[u64], rows: &[Row]) -> Result<(), String> {
-    let who = |c: Client| match c {
-        Client::Ours => "kafkit",
-        Client::Rdkafka => "librdkafka",
-    };
     let first_tasks = tasks.first().copied().unwrap_or(1);
     let (mut rate, mut cpu) = (Vec::new(), Vec::new());
     for row in rows.iter().filter(|r| r.tasks == first_tasks) {
@@ -1062,120 +1026,43 @@ fn write_charts(dir: &std::path::Path, tasks: &[u64], rows: &[Row]) -> Result<()
         } else {
             "mock"
         };
-        let name = format!("{}, {broker}", who(row.client));
-        add_point(&mut rate, &mut cpu, &name, row, f64::from(row.partitions));
+        let name = format!("{}, {broker}", scaling::who(row.client));
+        let rates = row.result.as_ref().ok().and_then(scaling::rates);
+        scaling::add_point(
+            &mut rate,
+            &mut cpu,
+            &name,
+            row.client,
+            f64::from(row.partitions),
+            rates,
+        );
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    let load = format!("load average {}", load.join(" "));
+    let load = scaling::load_average();
     let note = if tasks.len() > 1 {
         format!("{first_tasks} sending task(s); {load}")
     } else {
-        load.clone()
+        load
     };
     let mut charts = vec![
-        (
-            "producer-records-per-second.svg",
-            "Producer throughput".to_string(),
-            "partitions (log scale)",
-            "records/s",
-            note.clone(),
-            rate,
-            Vec::new(),
-        ),
-        (
-            "producer-cpu-per-record.svg",
-            "Producer CPU per record".to_string(),
-            "partitions (log scale)",
-            "CPU µs / record",
+        scaling::Chart {
+            file: "producer-records-per-second.svg".to_string(),
+            title: "Producer throughput".to_string(),
+            x_label: "partitions (log scale)",
+            y_label: "records/s",
+            note: note.clone(),
+            series: rate,
+            ticks: Vec::new(),
+        },
+        scaling::Chart {
+            file: "producer-cpu-per-record.svg".to_string(),
+            title: "Producer CPU per record".to_string(),
+            x_label: "partitions (log scale)",
+            y_label: "CPU µs / record",
             note,
-            cpu,
-            Vec::new(),
-        ),
+            series: cpu,
+            ticks: Vec::new(),
+        },
     ];
-    if tasks.len() > 1 {
-        let scaled: Vec<Vec<&Row>> = case_runs(rows)
-            .into_iter()
-            .filter(|run| run.iter().any(|r| r.tasks != run[0].tasks))
-            .collect();
-        let (mut rate, mut cpu) = (Vec::new(), Vec::new());
-        for run in &scaled {
-            for &row in run {
-                let name = if scaled.len() == 1 {
-                    who(row.client).to_string()
-                } else {
-                    format!(
-                        "{}, {} {}",
-                        who(row.client),
-                        row.case.name(),
-                        row.partitions
-                    )
-                };
-                add_point(&mut rate, &mut cpu, &name, row, row.tasks as f64);
-            }
-        }
-        let what = match scaled.as_slice() {
-            [run] => format!(
-                ", {} ({} partitions)",
-                run[0].case.name(),
-                run[0].partitions
-            ),
-            _ => String::new(),
-        };
-        let ticks: Vec<f64> = tasks.iter().map(|&t| t as f64).collect();
-        let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-        let load = format!("{cores} cores; {load}");
-        charts.extend([
-            (
-                "producer-tasks-records-per-second.svg",
-                format!("Producer throughput by sending tasks{what}"),
-                "sending tasks / threads (log scale)",
-                "records/s",
-                load.clone(),
-                rate,
-                ticks.clone(),
-            ),
-            (
-                "producer-tasks-cpu-per-record.svg",
-                format!("Producer CPU per record by sending tasks{what}"),
-                "sending tasks / threads (log scale)",
-                "CPU µs / record",
-                load,
-                cpu,
-                ticks,
-            ),
-        ]);
-    }
-    for (file, title, x_label, y_label, note, series, ticks) in charts {
-        let text = svg::line_chart(&title, x_label, y_label, &note, &series, &ticks);
-        let path = dir.join(file);
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        eprintln!("kafkit-bench: wrote {}", path.display());
-    }
-    Ok(())
-}
-
-/// Adds `row`'s records/s and CPU µs per record at `x` to the series `name` of `rate` and `cpu`
-/// (nothing for a run that failed or delivered nothing).
-fn add_point(
-    rate: &mut Vec<svg::Series>,
-    cpu: &mut Vec<svg::Series>,
-    name: &str,
-    row: &Row,
-    x: f64,
-) {
-    let Some((records_s, cpu_us, _)) = row.result.as_ref().ok().and_then(rates) else {
-        return;
-    };
-    for (list, y) in [(rate, records_s), (cpu, cpu_us)] {
-        match list.iter_mut().find(|s| s.name == name) {
-            Some(s) => s.points.push((x, y)),
-            None => list.push(svg::Series {
-                name: name.to_string(),
-                ours: row.client == Client::Ours,
-                points: vec![(x, y)],
-            }),
-        }
-    }
+    charts.extend(scaling::task_charts(&SENDING, tasks, &case_runs(rows)));
+    scaling::write_charts(dir, charts)
 }

@@ -15,11 +15,23 @@
 //! two clients alternates between repeats), each run in a child process of this one
 //! (`kafkit-bench read ...`): an explicit assignment of every partition at the earliest offset,
 //! the same fetch settings for both ([`FetchSettings`]), until every record is back. Each record
-//! is checked the same way by both ([`Check`]): its offset is the one after the previous record
-//! of its partition, and its value is compared byte for byte with the value written (which also
+//! is checked the same way by both ([`Check`]): every offset of every partition is read exactly
+//! once (with one reader: each record's offset is the one after the previous record of its
+//! partition), and its value is compared byte for byte with the value written (which also
 //! touches every byte, so no client can skip decoding). CPU time is the child's
 //! `getrusage(RUSAGE_SELF)` from `assign` to the last record; Fetch requests are the Reader's
 //! `ReaderStats::fetch_requests` and librdkafka's statistics (`brokers.*.req.Fetch`).
+//!
+//! `--tasks N` reads with N readers at once: N tokio tasks sharing one Reader, each calling
+//! `next_batch` (ours, [`ours`]), N OS threads polling one librdkafka consumer (the peer,
+//! [`peer`]). Each checks the records it is handed; after the run their checks together must
+//! cover every offset of every partition exactly once ([`Check::finish`]), and the records read
+//! must add up to the topic's. A list (`--tasks 1,2,4,8,16`) runs every case once per count (per
+//! repeat), for each client (both clients of a count one after the other), adds a column of task
+//! counts to both tables and prints a scaling table per case: records/s, CPU µs per record, the
+//! system time's share of the CPU and records/s against the client's 1-task run (the medians
+//! over the repeats); with `--svg DIR` it also draws records/s and CPU per record by task count
+//! (`consumer-tasks-*.svg`). The group runs (`--group`) take no `--tasks`.
 //!
 //! The result is two Markdown tables on stdout (every run, then the median and range per case);
 //! progress goes to stderr. The exit code is non-zero when a run failed or read wrong records.
@@ -82,6 +94,17 @@ pub struct ConsumerArgs {
     /// answers at most one batch per partition per Fetch, then sets both clients' speed.
     #[arg(long, default_value_t = 100)]
     fill_linger_ms: u64,
+    /// Readers at once: tokio tasks sharing one Reader, each calling `next_batch` (ours), OS
+    /// threads polling one librdkafka consumer (the peer). A list (`1,2,4,8,16`) runs every case
+    /// once per count (per repeat), for each client, adds a column of task counts to the tables
+    /// and prints the scaling table (and with `--svg` its charts). Not with `--group`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1])]
+    tasks: Vec<u64>,
+    /// With several `--tasks`: writes the charts of records/s and CPU per record by task count
+    /// (`consumer-tasks-records-per-second.svg`, `consumer-tasks-cpu-per-record.svg`) into this
+    /// directory.
+    #[arg(long)]
+    svg: Option<std::path::PathBuf>,
     #[command(flatten)]
     settings: FetchSettings,
     /// Groups of members (this project's GroupReader, librdkafka's group consumer) read the
@@ -164,6 +187,10 @@ pub struct ReadWorkload {
     /// Bytes of every value.
     #[arg(long)]
     pub value_size: usize,
+    /// Readers at once: tokio tasks sharing one Reader (ours), OS threads polling one consumer
+    /// (librdkafka). The group runs read with one per member.
+    #[arg(long, default_value_t = 1)]
+    pub tasks: u64,
     #[command(flatten)]
     pub settings: FetchSettings,
 }
@@ -177,6 +204,7 @@ impl ReadWorkload {
             ("--partitions", self.partitions.to_string()),
             ("--records", self.records.to_string()),
             ("--value-size", self.value_size.to_string()),
+            ("--tasks", self.tasks.to_string()),
             ("--fetch-min-bytes", s.fetch_min_bytes.to_string()),
             ("--fetch-max-wait-ms", s.fetch_max_wait_ms.to_string()),
             (
@@ -204,21 +232,52 @@ impl ReadWorkload {
 /// Longest time a run waits for its next record before it gives up.
 pub const STALL: Duration = Duration::from_secs(20);
 
-/// The per-record check both clients make, and what it counted.
+/// The per-record check both clients make, and what it counted: one per reading task (each
+/// sees only the records handed to it), put together by [`Check::finish`] after the run.
 pub struct Check {
     value: Vec<u8>,
-    /// The next offset expected per partition.
+    /// The offset after the last record read per partition (where its current run ends).
     next: Vec<i64>,
+    /// Where each partition's current run of consecutive offsets began.
+    start: Vec<i64>,
+    /// Earlier runs of consecutive offsets read, `(partition, first, end)` with `end` exclusive:
+    /// with several tasks, a partition's records come to each in stretches, the others reading
+    /// the stretches in between. With one task, a run ends only at a wrong offset.
+    runs: Vec<(usize, i64, i64)>,
     /// Records per partition in the topic.
     expected: Vec<i64>,
     /// Records read.
     pub read: u64,
     /// Value bytes read.
     pub bytes: u64,
-    /// Records that were not the ones expected.
+    /// Records that were not the ones expected (a wrong value, a partition not assigned).
     pub bad: u64,
     /// The first of them.
     pub first_error: Option<String>,
+}
+
+/// What the checks of a run's tasks found together.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Records read.
+    pub read: u64,
+    /// Value bytes read.
+    pub bytes: u64,
+    /// Records (or stretches of offsets) that were not the ones expected: a wrong value, offsets
+    /// missing or read twice, a partition not read to its end.
+    pub bad: u64,
+    /// The first of them.
+    pub first_error: Option<String>,
+}
+
+impl Tally {
+    #[cold]
+    fn fail(&mut self, what: std::fmt::Arguments<'_>) {
+        self.bad += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(what.to_string());
+        }
+    }
 }
 
 impl Check {
@@ -230,6 +289,8 @@ impl Check {
         Check {
             value: crate::value_of(w.value_size),
             next: vec![0; parts],
+            start: vec![0; parts],
+            runs: Vec::new(),
             expected: (0..p)
                 .map(|i| i64::try_from(n / p + u64::from(i < n % p)).unwrap_or(i64::MAX))
                 .collect(),
@@ -240,25 +301,23 @@ impl Check {
         }
     }
 
-    /// One record: its offset must follow the previous one of its partition, its value must be
-    /// the one written.
+    /// One record: its value must be the one written; its offset is noted (a run of its
+    /// partition goes on when it follows the previous record's, else a new run starts), and
+    /// [`Check::finish`] checks that the runs of every task cover each partition exactly once.
     #[inline]
     pub fn record(&mut self, partition: i32, offset: i64, value: Option<&[u8]>) {
         self.read += 1;
-        let Some(next) = usize::try_from(partition)
+        let Some(p) = usize::try_from(partition)
             .ok()
-            .and_then(|p| self.next.get_mut(p))
+            .filter(|&p| p < self.next.len())
         else {
             self.fail(format_args!("a record of partition {partition}"));
             return;
         };
-        let expected = *next;
-        *next = offset + 1;
-        if offset != expected {
-            self.fail(format_args!(
-                "partition {partition}: offset {offset} where {expected} was next"
-            ));
+        if offset != self.next[p] {
+            self.jump(p, offset);
         }
+        self.next[p] = offset + 1;
         match value {
             Some(v) => {
                 self.bytes += v.len() as u64;
@@ -274,18 +333,63 @@ impl Check {
         }
     }
 
-    /// After the run: every partition must have been read to its end. Returns the records
-    /// found bad in all.
-    pub fn finish(&mut self) -> u64 {
-        for p in 0..self.next.len() {
-            let (got, want) = (self.next[p], self.expected[p]);
-            if got != want {
-                self.fail(format_args!(
-                    "partition {p}: read to offset {got} of {want}"
+    /// Partition `p`'s current run ends; a new one starts at `offset`.
+    fn jump(&mut self, p: usize, offset: i64) {
+        if self.next[p] > self.start[p] {
+            self.runs.push((p, self.start[p], self.next[p]));
+        }
+        self.start[p] = offset;
+    }
+
+    /// After the run, the checks of all its tasks: every offset of every partition must have
+    /// been read exactly once, from 0 to the partition's end.
+    pub fn finish(checks: Vec<Check>) -> Tally {
+        let mut tally = Tally::default();
+        let Some(expected) = checks.first().map(|c| c.expected.clone()) else {
+            return tally;
+        };
+        let mut runs: Vec<Vec<(i64, i64)>> = vec![Vec::new(); expected.len()];
+        for c in checks {
+            tally.read += c.read;
+            tally.bytes += c.bytes;
+            tally.bad += c.bad;
+            if tally.first_error.is_none() {
+                tally.first_error = c.first_error;
+            }
+            for (p, first, end) in c.runs {
+                runs[p].push((first, end));
+            }
+            for (p, runs) in runs.iter_mut().enumerate() {
+                if c.next[p] > c.start[p] {
+                    runs.push((c.start[p], c.next[p]));
+                }
+            }
+        }
+        for (p, mut runs) in runs.into_iter().enumerate() {
+            runs.sort_unstable();
+            // Every offset below `at` was read.
+            let mut at = 0;
+            for (first, end) in runs {
+                if first > at {
+                    tally.fail(format_args!(
+                        "partition {p}: offsets {at}..{first} not read"
+                    ));
+                } else if first < at {
+                    tally.fail(format_args!(
+                        "partition {p}: offsets {first}..{} read twice",
+                        end.min(at)
+                    ));
+                }
+                at = at.max(end);
+            }
+            if at != expected[p] {
+                tally.fail(format_args!(
+                    "partition {p}: read to offset {at} of {}",
+                    expected[p]
                 ));
             }
         }
-        self.bad
+        tally
     }
 
     #[cold]
@@ -304,6 +408,8 @@ struct Row {
     records: u64,
     repeat: usize,
     client: Client,
+    /// Reading tasks (ours) or threads (librdkafka).
+    tasks: u64,
     /// The 1-minute load average just before the run.
     load: f64,
     /// Mean records per batch in the topic (from the Writer's stats while filling).
@@ -351,8 +457,18 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
         ([], true) => vec![48],
         (p, _) => p.to_vec(),
     };
-    if partitions.iter().any(|p| *p <= 0) || args.value_size == 0 || args.repeat == 0 {
-        return Err("--partitions, --value-size and --repeat must be positive".into());
+    if partitions.iter().any(|p| *p <= 0)
+        || args.value_size == 0
+        || args.repeat == 0
+        || args.tasks.is_empty()
+        || args.tasks.contains(&0)
+    {
+        return Err("--partitions, --value-size, --repeat and --tasks must be positive".into());
+    }
+    if args.group && args.tasks != [1] {
+        return Err(
+            "--tasks is for the Reader runs: a group's members read with one task each".into(),
+        );
     }
     if args.group
         && (args.group_settings.members == 0
@@ -434,6 +550,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                 partitions,
                 records,
                 value_size: args.value_size,
+                tasks: 1,
                 settings: args.settings.clone(),
             };
             if args.group {
@@ -445,9 +562,15 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                 if repeat % 2 == 1 {
                     order.reverse();
                 }
-                for &client in &order {
+                // Every task count, each for every client in turn (so both clients of a count
+                // run under the same load).
+                let each = args
+                    .tasks
+                    .iter()
+                    .flat_map(|&t| order.iter().map(move |&c| (t, c)));
+                for (tasks, client) in each {
                     eprintln!(
-                        "kafkit-bench: {} / {partitions} / run {} / {}: reading {records} records",
+                        "kafkit-bench: {} / {partitions} / run {} / {} / {tasks} task(s): reading {records} records",
                         case.name(),
                         repeat + 1,
                         client.name()
@@ -455,7 +578,13 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                     let load = load_now();
                     let mut child =
                         vec!["read".to_string(), "--client".into(), client.name().into()];
-                    child.extend(workload.to_args());
+                    child.extend(
+                        ReadWorkload {
+                            tasks,
+                            ..workload.clone()
+                        }
+                        .to_args(),
+                    );
                     let result = crate::run_child(client, &child).and_then(|r| {
                         if r.failed == 0 && r.delivered != records {
                             return Err(format!("{} of {records} records read", r.delivered));
@@ -471,6 +600,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                         records,
                         repeat,
                         client,
+                        tasks,
                         load,
                         batch_records,
                         result,
@@ -488,6 +618,13 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                 .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)));
     }
     print_tables(args, &rows);
+    if args.tasks.len() > 1 {
+        crate::scaling::print_tables(&CONSUMING, &clients, &case_runs(&rows));
+        if let Some(dir) = &args.svg {
+            let charts = crate::scaling::task_charts(&CONSUMING, &args.tasks, &case_runs(&rows));
+            crate::scaling::write_charts(dir, charts)?;
+        }
+    }
     Ok(!fill_failed
         && rows
             .iter()
@@ -686,6 +823,13 @@ fn print_header(args: &ConsumerArgs) {
         s.rdkafka_queued_min_messages,
         s.rdkafka_fetch_queue_backoff_ms,
     );
+    if args.tasks != [1] {
+        println!(
+            "Each client reads with {} task(s) ({}).",
+            crate::task_list(&args.tasks),
+            CONSUMING.sharing
+        );
+    }
     println!(
         "Fill: this project's Writer, uncompressed, acks=1, linger {} ms, at most 10,000 records \
          per batch; record i in partition i % partitions.",
@@ -699,13 +843,28 @@ fn print_header(args: &ConsumerArgs) {
 /// Prints the table of every run and the summary table to stdout.
 fn print_tables(args: &ConsumerArgs, rows: &[Row]) {
     print_header(args);
+    // A column of task counts only when the run had several (the one-count tables are as
+    // before).
+    let by_tasks = args.tasks.len() > 1;
+    let (tasks_head, tasks_align) = if by_tasks {
+        (" tasks |", " ---: |")
+    } else {
+        ("", "")
+    };
     println!(
-        "| case | partitions | records | run | client | load | time (s) | records/s | MB/s | CPU s (user + sys) | CPU µs / record | Fetch requests |"
+        "| case | partitions | records | run | client |{tasks_head} load | time (s) | records/s | MB/s | CPU s (user + sys) | CPU µs / record | Fetch requests |"
     );
-    println!("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| --- | ---: | ---: | ---: | --- |{tasks_align} ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for row in rows {
+        let tasks = if by_tasks {
+            format!(" {} |", row.tasks)
+        } else {
+            String::new()
+        };
         let head = format!(
-            "| {} | {} | {} | {} | {} | {:.1} |",
+            "| {} | {} | {} | {} | {} |{tasks} {:.1} |",
             row.case.name(),
             row.partitions,
             row.records,
@@ -741,29 +900,47 @@ fn print_tables(args: &ConsumerArgs, rows: &[Row]) {
         }
     }
     println!();
-    print_summary(rows);
+    print_summary(rows, by_tasks);
 }
 
-/// Per case: each client's median (and range) of records/s, CPU per record and Fetch requests
-/// over its runs, and the ratios of the medians.
-fn print_summary(rows: &[Row]) {
+/// Per case (and task count, with `by_tasks`): each client's median (and range) of records/s,
+/// CPU per record and Fetch requests over its runs, and the ratios of the medians.
+fn print_summary(rows: &[Row], by_tasks: bool) {
+    let (tasks_head, tasks_align) = if by_tasks {
+        (" tasks |", " ---: |")
+    } else {
+        ("", "")
+    };
     println!(
-        "| case | partitions | records | records / batch | client | runs | load | records/s median (range) | CPU µs / record median (range) | Fetch requests median (range) |"
+        "| case | partitions | records | records / batch | client |{tasks_head} runs | load | records/s median (range) | CPU µs / record median (range) | Fetch requests median (range) |"
     );
-    println!("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: |");
-    let mut cases: Vec<(ReadCase, i32, u64)> = Vec::new();
+    println!("| --- | ---: | ---: | ---: | --- |{tasks_align} ---: | --- | ---: | ---: | ---: |");
+    let mut cases: Vec<(ReadCase, i32, u64, u64)> = Vec::new();
     for r in rows {
-        if !cases.contains(&(r.case, r.partitions, r.records)) {
-            cases.push((r.case, r.partitions, r.records));
+        if !cases.contains(&(r.case, r.partitions, r.records, r.tasks)) {
+            cases.push((r.case, r.partitions, r.records, r.tasks));
         }
     }
+    // Each case's task counts together, in the order run.
+    let order: Vec<(ReadCase, i32, u64)> = cases.iter().fold(Vec::new(), |mut o, c| {
+        if !o.contains(&(c.0, c.1, c.2)) {
+            o.push((c.0, c.1, c.2));
+        }
+        o
+    });
+    cases.sort_by_key(|c| order.iter().position(|o| *o == (c.0, c.1, c.2)));
     let mut ratios = String::new();
-    for (case, partitions, records) in cases {
+    for (case, partitions, records, tasks) in cases {
         let mut medians: Vec<(Client, f64, f64)> = Vec::new();
         for client in [Client::Ours, Client::Rdkafka] {
             let runs: Vec<(&Row, &RunResult)> = rows
                 .iter()
-                .filter(|r| r.case == case && r.partitions == partitions && r.client == client)
+                .filter(|r| {
+                    r.case == case
+                        && r.partitions == partitions
+                        && r.client == client
+                        && r.tasks == tasks
+                })
                 .filter_map(|r| match &r.result {
                     Ok(x) if x.failed == 0 => Some((r, x)),
                     _ => None,
@@ -789,8 +966,13 @@ fn print_summary(rows: &[Row]) {
                 .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), l| {
                     (lo.min(*l), hi.max(*l))
                 });
+            let tasks_cell = if by_tasks {
+                format!(" {tasks} |")
+            } else {
+                String::new()
+            };
             println!(
-                "| {} | {partitions} | {records} | {:.0} | {} | {} | {lo:.1}-{hi:.1} | {m_rps:.0} ({}) | {m_cpu:.2} ({}) | {m_req:.0} ({}) |",
+                "| {} | {partitions} | {records} | {:.0} | {} |{tasks_cell} {} | {lo:.1}-{hi:.1} | {m_rps:.0} ({}) | {m_cpu:.2} ({}) | {m_req:.0} ({}) |",
                 case.name(),
                 runs[0].0.batch_records,
                 client.name(),
@@ -806,9 +988,14 @@ fn print_summary(rows: &[Row]) {
             (Client::Rdkafka, r_rps, r_cpu),
         ] = medians[..]
         {
+            let tasks = if by_tasks {
+                format!(" / {tasks} task(s)")
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 ratios,
-                "- {} / {partitions} partitions: ours reads {:.2}x librdkafka's records/s with {:.2}x less CPU per record",
+                "- {} / {partitions} partitions{tasks}: ours reads {:.2}x librdkafka's records/s with {:.2}x less CPU per record",
                 case.name(),
                 o_rps / r_rps,
                 r_cpu / o_cpu
@@ -818,5 +1005,182 @@ fn print_summary(rows: &[Row]) {
     if !ratios.is_empty() {
         println!();
         print!("{ratios}");
+    }
+}
+
+/// The consumer's words in the scaling table and charts.
+const CONSUMING: crate::scaling::Words = crate::scaling::Words {
+    verb: "consuming",
+    sharing: "ours: tokio tasks sharing one Reader, each calling next_batch; librdkafka: threads \
+              polling one BaseConsumer",
+    file: "consumer",
+    title: "Consumer",
+    failed: "bad",
+    axis: "consuming tasks / threads (log scale)",
+};
+
+/// Each case's runs by client and task count, for the scaling table and charts: per client and
+/// count, the medians over its repeats (of the runs that read; those that failed count only
+/// when none read).
+fn case_runs(rows: &[Row]) -> Vec<crate::scaling::CaseRuns> {
+    use crate::scaling::{CaseRuns, Entry, Outcome, Rates};
+    let mut cases: Vec<(ReadCase, i32, u64)> = Vec::new();
+    for r in rows {
+        if !cases.contains(&(r.case, r.partitions, r.records)) {
+            cases.push((r.case, r.partitions, r.records));
+        }
+    }
+    cases
+        .into_iter()
+        .map(|(case, partitions, records)| {
+            let mine: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.case == case && r.partitions == partitions && r.records == records)
+                .collect();
+            let mut counts: Vec<(Client, u64)> = Vec::new();
+            for r in &mine {
+                if !counts.contains(&(r.client, r.tasks)) {
+                    counts.push((r.client, r.tasks));
+                }
+            }
+            let repeats = mine.iter().map(|r| r.repeat).max().map_or(0, |m| m + 1);
+            let entries = counts
+                .into_iter()
+                .map(|(client, tasks)| {
+                    let runs: Vec<&Row> = mine
+                        .iter()
+                        .copied()
+                        .filter(|r| r.client == client && r.tasks == tasks)
+                        .collect();
+                    let ok: Vec<&RunResult> =
+                        runs.iter().filter_map(|r| r.result.as_ref().ok()).collect();
+                    let rates: Vec<Rates> =
+                        ok.iter().filter_map(|r| crate::scaling::rates(r)).collect();
+                    let outcome = if ok.is_empty() {
+                        Outcome::Failed(
+                            runs.iter()
+                                .find_map(|r| r.result.as_ref().err().cloned())
+                                .unwrap_or_default(),
+                        )
+                    } else if rates.is_empty() {
+                        Outcome::Nothing
+                    } else {
+                        let med = |f: fn(&Rates) -> f64| {
+                            median(&mut rates.iter().map(f).collect::<Vec<_>>())
+                        };
+                        Outcome::Measured {
+                            rates: Rates {
+                                records_s: med(|r| r.records_s),
+                                cpu_us: med(|r| r.cpu_us),
+                                system: med(|r| r.system),
+                            },
+                            failed: ok.iter().map(|r| r.failed).sum(),
+                        }
+                    };
+                    Entry {
+                        client,
+                        tasks,
+                        outcome,
+                    }
+                })
+                .collect();
+            let runs = if repeats > 1 {
+                format!(", the median of {repeats} runs each")
+            } else {
+                String::new()
+            };
+            CaseRuns {
+                heading: format!(
+                    "case {}, {partitions} partitions, {records} records{runs}",
+                    case.name()
+                ),
+                legend: format!("{} {partitions}", case.name()),
+                title: format!("{} ({partitions} partitions)", case.name()),
+                entries,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(partitions: i32, records: u64) -> ReadWorkload {
+        ReadWorkload {
+            bootstrap: String::new(),
+            topic: String::new(),
+            partitions,
+            records,
+            value_size: 3,
+            tasks: 1,
+            settings: FetchSettings {
+                fetch_min_bytes: 1,
+                fetch_max_wait_ms: 500,
+                max_partition_fetch_bytes: 1 << 20,
+                fetch_max_bytes: 50 << 20,
+                queued_max_kbytes: 1024,
+                check_crcs: true,
+                rdkafka_queued_min_messages: 1,
+                rdkafka_fetch_queue_backoff_ms: 10,
+            },
+        }
+    }
+
+    #[test]
+    fn checks_of_several_tasks_cover_every_offset_once() {
+        // 2 partitions of 5 records, read by two tasks in interleaved stretches.
+        let w = workload(2, 10);
+        let value = crate::value_of(3);
+        let mut checks = [Check::new(&w), Check::new(&w)];
+        for (task, p, offsets) in [(0, 0, 0..2), (1, 0, 2..3), (0, 0, 3..5), (1, 1, 0..5)] {
+            for o in offsets {
+                checks[task].record(p, o, Some(&value));
+            }
+        }
+        let tally = Check::finish(checks.into());
+        assert_eq!(
+            (tally.read, tally.bytes, tally.bad),
+            (10, 30, 0),
+            "{tally:?}"
+        );
+    }
+
+    #[test]
+    fn a_gap_a_repeat_and_a_short_partition_are_bad() {
+        let w = workload(2, 10);
+        let value = crate::value_of(3);
+        let (mut a, mut b) = (Check::new(&w), Check::new(&w));
+        for o in [0, 1, 3, 4] {
+            a.record(0, o, Some(&value));
+        }
+        for o in [0, 1, 2] {
+            b.record(1, o, Some(&value));
+        }
+        a.record(1, 2, Some(&value));
+        a.record(1, 3, Some(b"xyz"));
+        let tally = Check::finish(vec![a, b]);
+        // Partition 0 misses offset 2; partition 1 has offset 2 twice, a wrong value, and
+        // stops at 4 of 5.
+        assert_eq!(tally.bad, 4, "{tally:?}");
+        assert_eq!(
+            tally.first_error.as_deref(),
+            Some("partition 1 offset 3: another value")
+        );
+
+        // One task reading out of order is caught the same way.
+        let mut one = Check::new(&w);
+        for (p, o) in [(0, 0), (0, 1), (0, 2), (0, 1), (0, 2), (0, 3), (0, 4)] {
+            one.record(p, o, Some(&value));
+        }
+        for o in 0..5 {
+            one.record(1, o, Some(&value));
+        }
+        let tally = Check::finish(vec![one]);
+        assert_eq!(tally.bad, 1, "{tally:?}");
+        assert_eq!(
+            tally.first_error.as_deref(),
+            Some("partition 0: offsets 1..3 read twice")
+        );
     }
 }

@@ -2,6 +2,15 @@
 //! polled from the reading thread) with an explicit assignment of every partition at the
 //! beginning and the Reader's fetch settings.
 //!
+//! With `--tasks N` (N > 1), N OS threads poll the one consumer at once: librdkafka's API is
+//! thread-safe ("the calling application may call any of the API functions from any of its own
+//! threads at any time", INTRODUCTION.md, "Threads and callbacks"; only the batch consume calls
+//! must not run concurrently, and `BaseConsumer::poll` polls one message at a time), and rdkafka's
+//! `BaseConsumer` is `Sync`. Each thread checks the records it is handed ([`Check`]) and adds one
+//! to a shared count per record (it cannot know otherwise when the topic is read); the thread
+//! whose record completes the count stops the clock, and the others stop at their next poll
+//! (100 ms at most). One thread polls on the calling thread, as before.
+//!
 //! Fetch requests are counted by librdkafka itself: its statistics JSON has, per broker, a `req`
 //! map of requests sent by API name; the run sums `req["Fetch"]` over every broker in the first
 //! emission after the last record, once the partitions are unassigned (so the idle long polls at
@@ -9,6 +18,7 @@
 //! as it may be for the Reader).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
@@ -101,32 +111,46 @@ pub fn run(w: &ReadWorkload) -> Result<RunResult, String> {
         tpl.add_partition_offset(&w.topic, p, Offset::Beginning)
             .map_err(|e| format!("assign list: {e}"))?;
     }
-    let mut check = Check::new(w);
+    let mut checks: Vec<Check> = (0..w.tasks.max(1)).map(|_| Check::new(w)).collect();
 
     let cpu0 = CpuTime::now()?;
     let t0 = Instant::now();
     consumer.assign(&tpl).map_err(|e| format!("assign: {e}"))?;
-    let mut idle_since: Option<Instant> = None;
-    while check.read < w.records {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => {
-                idle_since = None;
-                check.record(m.partition(), m.offset(), m.payload());
-            }
-            Some(Err(e)) => return Err(format!("poll: {e}")),
-            None => {
-                let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > STALL {
-                    return Err(format!(
-                        "no record for {STALL:?} after {} of {} records",
-                        check.read, w.records
-                    ));
-                }
-            }
-        }
-    }
-    let wall = t0.elapsed();
-    let cpu = CpuTime::now()?.since(cpu0);
+    let run = Run {
+        records: w.records,
+        read: Padded(AtomicU64::new(0)),
+        done: Padded(AtomicBool::new(false)),
+        end: Mutex::new(None),
+        t0,
+        cpu0,
+    };
+    let checks = if let [check] = &mut checks[..] {
+        poll_share(&consumer, &run, check);
+        checks
+    } else {
+        let (consumer, run) = (&consumer, &run);
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = checks
+                .into_iter()
+                .map(|mut check| {
+                    scope.spawn(move || {
+                        poll_share(consumer, run, &mut check);
+                        check
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .map_err(|_| "rdkafka: a reading thread panicked".to_string())
+                })
+                .collect::<Result<Vec<Check>, String>>()
+        })?
+    };
+    let end = run.end.lock().ok().and_then(|mut e| e.take());
+    let (wall, cpu) =
+        end.unwrap_or_else(|| Err("the reading threads ended without a result".into()))?;
 
     // The request count: the first statistics emitted once nothing is fetched any more.
     consumer.unassign().map_err(|e| format!("unassign: {e}"))?;
@@ -142,15 +166,89 @@ pub fn run(w: &ReadWorkload) -> Result<RunResult, String> {
             break;
         }
     }
-    let failed = check.finish();
+    let tally = Check::finish(checks);
     Ok(RunResult {
-        delivered: check.read,
-        failed,
-        first_error: check.first_error.take(),
+        delivered: tally.read,
+        failed: tally.bad,
+        first_error: tally.first_error,
         wall,
         cpu,
         requests: fetch_requests,
-        bytes: check.bytes,
+        bytes: tally.bytes,
         allocated: None,
     })
+}
+
+/// A value alone on its cache line(s), so that the per-record count does not slow the reads of
+/// the flag beside it.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// How the run ended: its time and CPU once every record was read, or the first error.
+type End = Result<(Duration, CpuTime), String>;
+
+/// What the polling threads share.
+struct Run {
+    /// Records in the topic.
+    records: u64,
+    /// Records read by all threads so far.
+    read: Padded<AtomicU64>,
+    /// Set with `end`: the threads stop.
+    done: Padded<AtomicBool>,
+    /// Set once, by the thread that read the last record or met the first error.
+    end: Mutex<Option<End>>,
+    /// When the clock started, and the CPU time then.
+    t0: Instant,
+    cpu0: CpuTime,
+}
+
+impl Run {
+    /// Ends the run with `end` unless it has ended already.
+    fn end(&self, end: End) {
+        if let Ok(mut e) = self.end.lock()
+            && e.is_none()
+        {
+            *e = Some(end);
+        }
+        self.done.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One polling thread: polls the consumer until the run ends, checking every record it is
+/// handed. The thread whose record completes the count ends the run; one that finds no record
+/// read by any thread for [`STALL`] ends it with an error.
+fn poll_share(consumer: &BaseConsumer<Context>, run: &Run, check: &mut Check) {
+    // The records read by all threads when this one last polled in vain, and since when none
+    // came.
+    let mut seen = 0;
+    let mut idle_since: Option<Instant> = None;
+    while !run.done.0.load(Ordering::Relaxed) {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                check.record(m.partition(), m.offset(), m.payload());
+                if run.read.0.fetch_add(1, Ordering::Relaxed) + 1 == run.records {
+                    let wall = run.t0.elapsed();
+                    run.end(CpuTime::now().map(|cpu| (wall, cpu.since(run.cpu0))));
+                }
+            }
+            Some(Err(e)) => {
+                run.end(Err(format!("poll: {e}")));
+                break;
+            }
+            None => {
+                let read = run.read.0.load(Ordering::Relaxed);
+                if read != seen {
+                    (seen, idle_since) = (read, None);
+                }
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > STALL {
+                    run.end(Err(format!(
+                        "no record for {STALL:?} after {read} of {} records",
+                        run.records
+                    )));
+                    break;
+                }
+            }
+        }
+    }
 }

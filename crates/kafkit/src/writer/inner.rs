@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -701,25 +702,44 @@ impl Inner {
         }
     }
 
-    /// Waits for `cost` bytes and a record of buffer space. The slots' credit is given back
-    /// first, so that no room sits in a slot while this waits.
+    /// Waits for `cost` bytes and a record of buffer space. Once this waits in a semaphore's
+    /// queue, the slots' credit is given back ([`Inner::reclaim_credit`]): from then on the
+    /// semaphore hands released room to its waiters first, so no slot can take a chunk ahead of
+    /// this, and no room sits in a slot while this waits (room a slot took just before is given
+    /// back too).
     ///
     /// Cancel safe: nothing is held when the future is dropped.
     pub(super) async fn acquire(&self, cost: usize) -> Result<(), ProduceError> {
-        if self.try_acquire_quietly(cost) {
-            return Ok(());
-        }
-        self.reclaim_credit();
         let closed = |_| ProduceError::Closed(CLOSE_CALLED);
         let n = u32::try_from(cost).unwrap_or(u32::MAX);
         // The byte permits are held (not forgotten) until the record permit comes: a caller
         // that gives up waiting, or a closed writer, hands them back on drop.
-        let bytes = self.bytes.acquire_many(n).await.map_err(closed)?;
+        let bytes = self
+            .queued(self.bytes.acquire_many(n))
+            .await
+            .map_err(closed)?;
         if let Some(records) = &self.records {
-            records.acquire().await.map_err(closed)?.forget();
+            self.queued(records.acquire())
+                .await
+                .map_err(closed)?
+                .forget();
         }
         bytes.forget();
         Ok(())
+    }
+
+    /// Awaits the semaphore acquisition `acquire`; when its first poll finds no room (the
+    /// caller is then queued), gives the slots' credit back before waiting.
+    async fn queued<F: std::future::Future>(&self, acquire: F) -> F::Output {
+        let mut acquire = std::pin::pin!(acquire);
+        let first = std::future::poll_fn(|cx| Poll::Ready(acquire.as_mut().poll(cx))).await;
+        match first {
+            Poll::Ready(out) => out,
+            Poll::Pending => {
+                self.reclaim_credit();
+                acquire.await
+            }
+        }
     }
 
     pub(super) fn try_acquire(&self, cost: usize) -> Result<(), ProduceError> {

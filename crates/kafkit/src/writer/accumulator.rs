@@ -142,7 +142,8 @@ pub(crate) struct Plan {
     pub(crate) wake_router: bool,
 }
 
-/// Everything behind the writer's lock.
+/// Everything behind the writer's state lock (the open batches are in their partitions'
+/// slots, each behind a lock of its own: open.rs).
 #[derive(Debug)]
 pub(crate) struct State {
     /// Each known topic's partitions and ids. Looked up by name once per record, so hashed with FxHash (`rustc-hash`) rather than

@@ -1,6 +1,7 @@
 //! The writer's engine: [`Inner`], the state every task and every [`Writer`](super::Writer)
-//! clone share (the accumulator under one lock, the buffer's permits, the wake-ups), the way
-//! in of a record (prepare, buffer space, enqueue), the way out of a batch (its futures
+//! clone share (the accumulator under the state lock, each partition's open batch in its slot
+//! under a lock of its own (open.rs), the buffer's permits, the wake-ups), the way in of a
+//! record (prepare, the slot's fast path or buffer space and enqueue), the way out of a batch (its futures
 //! resolved, its partition released), and the lookup of a topic not known yet
 //! ([`lookup_loop`]). The facade (`mod.rs`) and the task and phase files import this file; it
 //! imports the state and vocabulary below it, never a task file ([`Tasks`]) nor the facade.

@@ -14,8 +14,9 @@
 //!        FatalError (every later call fails with that error)
 //! ```
 //!
-//! The state lives in the writer's one lock (`State::txn`), so a record's `send` and an
-//! abort see the same state; the calls are serialized by `Inner::txn_op`. See docs/DESIGN.md
+//! The state lives under the writer's state lock (`State::txn`), which a transactional
+//! writer's every `send` takes (it never takes the slots' fast path), so a record's `send` and
+//! an abort see the same state; the calls are serialized by `Inner::txn_op`. See docs/DESIGN.md
 //! ("Transactions") for the invariants.
 
 use std::collections::HashSet;

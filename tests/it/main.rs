@@ -90,5 +90,6 @@ mod txn_v2_kafka;
 mod writer_faults_mock;
 mod writer_harden;
 mod writer_kafka;
+mod writer_many_senders_mock;
 mod writer_mock;
 mod writer_txn_mock;

@@ -1336,23 +1336,21 @@ async fn buffered_stats_count_each_record_once_while_many_tasks_send() {
     }
 }
 
-/// Item 2, a race: `Inner::acquire` (writer/inner.rs) gives every partition's credit back
-/// (`reclaim_credit`, one slot lock at a time) and only then starts to wait on the byte
-/// semaphore. A record that joins an open batch meanwhile, on another thread, in a slot the
-/// loop has already passed (`append_fast` -> `top_up`) takes a new chunk of credit from the
-/// semaphore, and nothing gives it back while the caller waits: every later `send` finds the
-/// semaphore drained by the waiter and would reclaim only when it waits itself. If the other
-/// senders stop there, a record that needs nearly the whole buffer waits for room that sits in
-/// the slots, until `max_block`, and fails `BlockTimeout` with an empty buffer.
+/// Item 2, a race (fixed; this test failed every run before): `Inner::acquire` (writer/inner.rs)
+/// used to give every partition's credit back (`reclaim_credit`, one slot lock at a time) and
+/// only then start to wait on the byte semaphore. A record that joined an open batch meanwhile,
+/// on another thread, in a slot the loop had already passed (`append_fast` -> `top_up`) took a
+/// new chunk of credit from the semaphore, and nothing gave it back while the caller waited: if
+/// the other senders stopped there, a record that needs nearly the whole buffer waited for room
+/// that sat in the slots, until `max_block`, and failed `BlockTimeout` with an empty buffer. Now
+/// the credit is given back once the caller is queued on the semaphore (`Inner::queued`), after
+/// which released room goes to the waiter first.
 ///
 /// The loop is made long (4,096 partitions, so 4,096 slots to visit) while a task sends small
 /// records to 64 partitions spread over them. Each round a task sends a record needing all of
 /// the buffer but 300 bytes; when its `send` first waits (it has reclaimed and queued), the
 /// small sender stops. The large record must be taken within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: Inner::acquire reclaims the slots' credit before it queues on the semaphore; \
-            a fast-path top_up in between strands room in a slot and a large send fails \
-            BlockTimeout with an empty buffer"]
 async fn a_large_record_waiting_for_room_gets_the_credit_back_from_every_slot() {
     const PARTS: i32 = 4_096;
     const ROUNDS: u64 = 30;

@@ -182,6 +182,22 @@ async fn an_abort_fails_every_unsent_record_and_the_writer_goes_on() {
         ),
         "{before:?}"
     );
+    // `try_send` refuses as `send` does, also for a topic it has not learned yet (it used to
+    // answer MetadataPending, "try again", and start a lookup).
+    let unknown = w.try_send(ProducerRecord::new(
+        unique_topic("txn-unknown").as_str(),
+        "x",
+    ));
+    assert!(
+        matches!(
+            unknown,
+            Err(ProduceError::Transaction(TransactionError::InvalidState {
+                state: TransactionPhase::Uninitialized,
+                ..
+            }))
+        ),
+        "{unknown:?}"
+    );
     w.init_transactions(T).await.expect("init");
     let outside = w.send(ProducerRecord::new(topic.as_str(), "x")).await;
     assert!(

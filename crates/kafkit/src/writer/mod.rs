@@ -355,10 +355,19 @@ impl Writer {
     ) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
-        let prepared = inner.prepare(record, true)?;
+        let mut prepared = inner.prepare(record, true)?;
+        // The common case without the state lock, as `send` (the partition's slot only).
+        if let Some(result) = inner.append_fast(&mut prepared) {
+            return asked_future(result?);
+        }
         let topic = topic_name(prepared.own_topic, &inner.config);
         if !inner.topic_known(topic) {
             check_topic_name(topic)?;
+            // A record a transactional writer would refuse is refused as `send` refuses it,
+            // before any lookup of the topic (`enqueue` checks again).
+            if let Some(t) = &inner.lock().txn {
+                t.check_send()?;
+            }
             // One background lookup per topic, shared with every other caller, kept going for
             // the request timeout (not `max_block`) when nobody waits for it.
             let keep = Duration::from_millis(inner.config.request_timeout_ms);

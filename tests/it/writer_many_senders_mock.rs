@@ -657,7 +657,9 @@ async fn tiny_buffers_shared_by_many_tasks_and_partitions() {
         }
         // Every byte is back, the partitions' credit included: a record as large as a batch may
         // be (batch_size less the batch header), first by try_send, then, after records to
-        // every partition left them credit, by send within a second.
+        // every partition left them credit, by send well before its `max_block` of 30 s (10 s:
+        // room stranded in the slots would hold it until `max_block`; the slack is for a
+        // loaded machine).
         let largest = |seq: u64| {
             // cost = value + 9 to 11 bytes (record headers and length prefix); the batch
             // header takes 61 bytes. It leaves less than 20 bytes of the buffer.
@@ -680,12 +682,12 @@ async fn tiny_buffers_shared_by_many_tasks_and_partitions() {
         for f in fs {
             bounded("a small record", f).await.expect("written");
         }
-        let r = tokio::time::timeout(Duration::from_secs(1), w.send(largest(400))).await;
+        let r = tokio::time::timeout(Duration::from_secs(10), w.send(largest(400))).await;
         let f = match r {
             Ok(Ok(f)) => f,
             Ok(Err(e)) => panic!("run {run}: send of the largest record: {e}"),
             Err(_) => panic!(
-                "run {run}: the largest record waited 1 s for room in an empty buffer ({:?})",
+                "run {run}: the largest record waited 10 s for room in an empty buffer ({:?})",
                 w.stats()
             ),
         };
@@ -750,7 +752,7 @@ async fn max_block_and_queue_full_while_the_brokers_are_down() {
                         );
                         assert!(
                             took >= max_block - Duration::from_millis(5)
-                                && took <= max_block + Duration::from_secs(1),
+                                && took <= max_block + Duration::from_secs(5),
                             "BlockTimeout after {took:?} (max_block {max_block:?})"
                         );
                         timed_out += 1;
@@ -1349,7 +1351,7 @@ async fn buffered_stats_count_each_record_once_while_many_tasks_send() {
 /// The loop is made long (4,096 partitions, so 4,096 slots to visit) while a task sends small
 /// records to 64 partitions spread over them. Each round a task sends a record needing all of
 /// the buffer but 300 bytes; when its `send` first waits (it has reclaimed and queued), the
-/// small sender stops. The large record must be taken within a second.
+/// small sender stops. The large record must be taken before its `max_block`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_record_waiting_for_room_gets_the_credit_back_from_every_slot() {
     const PARTS: i32 = 4_096;
@@ -1435,8 +1437,10 @@ async fn a_large_record_waiting_for_room_gets_the_credit_back_from_every_slot() 
         waited += u32::from(was_pending);
         match r {
             Ok(Ok(f)) => {
+                // Taken before its `max_block` (3 s): stranded room would have held it until
+                // then (`BlockTimeout`, the arm below); how much sooner depends on the load.
                 assert!(
-                    took < Duration::from_secs(1),
+                    took < Duration::from_secs(3),
                     "round {round}: the large record was taken after {took:?}"
                 );
                 bounded("the large record", f).await.expect("written");
@@ -1694,7 +1698,8 @@ async fn a_close_past_its_deadline_fails_every_record_of_many_tasks_once() {
         assert!(matches!(refused, ProduceError::Closed(_)), "{refused:?}");
         let late = when.saturating_duration_since(at);
         assert!(
-            late < close_took + Duration::from_secs(1),
+            // Not at `max_block` (30 s); the slack is for a loaded machine.
+            late < close_took + Duration::from_secs(5),
             "a waiting send ended {late:?} after the close began (the close took {close_took:?})"
         );
         futures.extend(taken);

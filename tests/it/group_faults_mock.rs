@@ -368,8 +368,23 @@ async fn commit_meeting_a_rebalance_is_sent_again_after_it() {
 /// Apache Kafka, where a closed idle connection did the same).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsubscribe_commits_before_leaving_when_the_first_attempt_is_refused() {
+    unsubscribe_commits_body(kafkit::GroupProtocol::Classic).await;
+}
+
+/// As `unsubscribe_commits_before_leaving_when_the_first_attempt_is_refused`, for a KIP-848
+/// member (its own unsubscribe path, `ConsumerGroupHeartbeat` with epoch -1 to leave).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_unsubscribe_commits_before_leaving_when_the_first_attempt_is_refused() {
+    unsubscribe_commits_body(kafkit::GroupProtocol::Consumer).await;
+}
+
+async fn unsubscribe_commits_body(protocol: kafkit::GroupProtocol) {
     let (mock, bootstrap, topic, group) = setup("group-unsub-commit", 6, 10).await;
+    if protocol == kafkit::GroupProtocol::Consumer {
+        mock.consumer_group_timing(Duration::from_secs(6), Duration::from_millis(200));
+    }
     let mut r = member(&bootstrap, &group, &topic)
+        .group_protocol(protocol)
         .enable_auto_commit(true)
         // Only the revocation commits: no periodic commit within the test.
         .auto_commit_interval(Duration::from_secs(3_600))

@@ -278,24 +278,18 @@ impl Member {
         &mut self,
         found: std::result::Result<crate::error::Result<(i32, Conn)>, tokio::task::JoinError>,
     ) {
-        match found {
-            Ok(Ok((node, conn))) => {
-                self.coord.set(node, conn);
-                self.find_failures = 0;
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(group = %self.group_id(), error = %e, "coordinator not found for a commit yet");
-                self.coord.lost();
-                self.find_failures += 1;
-                self.find_after = Instant::now()
-                    + commit::backoff(self.shared.config.retry_backoff, self.find_failures);
-            }
-            Err(_) => {
-                self.find_failures += 1;
-                self.find_after = Instant::now()
-                    + commit::backoff(self.shared.config.retry_backoff, self.find_failures);
-            }
+        if let Ok(Ok((node, conn))) = found {
+            self.coord.set(node, conn);
+            self.find_failures = 0;
+            return;
         }
+        if let Ok(Err(e)) = found {
+            tracing::debug!(group = %self.group_id(), error = %e, "coordinator not found for a commit yet");
+            self.coord.lost();
+        }
+        self.find_failures += 1;
+        self.find_after =
+            Instant::now() + commit::backoff(self.shared.config.retry_backoff, self.find_failures);
     }
 
     /// Sends the planned heartbeat when it is due, connected, and none is in flight.

@@ -203,14 +203,23 @@ pub(super) mod tests {
     /// An offline writer of one partition led by broker 0 (`offline_writer`), with a
     /// completion callback (so its batches keep timestamps too).
     pub(crate) fn offline() -> (Writer, std::sync::Arc<super::Inner>) {
+        offline_of(1, |b| {
+            b.acks(crate::conn::produce::Acks::Leader)
+                .on_completion(|_, _| {})
+        })
+    }
+
+    /// An offline writer of `partitions` partitions led by broker 0, not idempotent, with the
+    /// settings `f` adds.
+    fn offline_of(
+        partitions: i32,
+        f: impl FnOnce(crate::writer::WriterBuilder) -> crate::writer::WriterBuilder,
+    ) -> (Writer, std::sync::Arc<super::Inner>) {
         let t = Transport::builder(["127.0.0.1:1"])
             .build()
             .expect("transport");
-        let b = Writer::builder(t)
-            .acks(crate::conn::produce::Acks::Leader)
-            .enable_idempotence(false)
-            .on_completion(|_, _| {});
-        super::offline_writer(b, 1, 1).expect("offline writer")
+        let b = f(Writer::builder(t).enable_idempotence(false));
+        super::offline_writer(b, partitions, 1).expect("offline writer")
     }
 
     /// Appends `n` records to the partition as `try_send` does; their futures.
@@ -325,13 +334,7 @@ pub(super) mod tests {
     /// record took the state lock and this waited).
     #[test]
     fn a_record_joins_the_open_batch_while_the_state_lock_is_held() {
-        let t = Transport::builder(["127.0.0.1:1"])
-            .build()
-            .expect("transport");
-        let b = Writer::builder(t)
-            .enable_idempotence(false)
-            .linger(std::time::Duration::from_secs(60));
-        let (_w, inner) = super::offline_writer(b, 2, 1).expect("offline writer");
+        let (_w, inner) = offline_of(2, |b| b.linger(std::time::Duration::from_secs(60)));
         // The first record starts the batch (state lock), the second joins it (slot lock).
         drop(send_at_once(&inner, 0, b"first"));
         let held = inner.lock();
@@ -348,7 +351,7 @@ pub(super) mod tests {
         sender.join().expect("the sending thread");
         assert!(joined.is_ok(), "the record waited for the state lock");
         let st = inner.lock();
-        assert_eq!(st.buffered(), (2, st.buffered().1));
+        assert_eq!(st.buffered().0, 2);
         assert_eq!(st.open_batches, 1);
     }
 
@@ -357,15 +360,11 @@ pub(super) mod tests {
     /// gets it (the slots give their credit back first).
     #[test]
     fn room_held_as_a_slot_s_credit_is_given_back_to_a_record_that_needs_it() {
-        let t = Transport::builder(["127.0.0.1:1"])
-            .build()
-            .expect("transport");
-        let b = Writer::builder(t)
-            .enable_idempotence(false)
-            .batch_size(1 << 20)
-            .buffer_memory(1 << 20)
-            .linger(std::time::Duration::from_secs(60));
-        let (_w, inner) = super::offline_writer(b, 2, 1).expect("offline writer");
+        let (_w, inner) = offline_of(2, |b| {
+            b.batch_size(1 << 20)
+                .buffer_memory(1 << 20)
+                .linger(std::time::Duration::from_secs(60))
+        });
         drop(send_at_once(&inner, 0, b"first"));
         drop(send_at_once(&inner, 0, b"second"));
         let (_, buffered) = inner.lock().buffered();

@@ -4,8 +4,8 @@
 //! (transactional id pattern), DeleteGroups v3, and delegation tokens over SASL SCRAM.
 //!
 //! Groups of the new types are made with the group heartbeats themselves, sent by our
-//! connection (ConsumerGroupHeartbeat; ShareGroupHeartbeat at v1, which the client's table does
-//! not send yet): a member joins, the describe shows it, the member leaves.
+//! connection (ConsumerGroupHeartbeat; ShareGroupHeartbeat at v1): a member joins, the describe
+//! shows it, the member leaves. `share_kafka` runs whole share group members (`ShareReader`).
 //!
 //! Each test makes its own groups, topics, transactional ids and users; none changes a
 //! broker-wide setting, so the tests run in parallel beside the other Kafka modules.
@@ -266,8 +266,8 @@ async fn share_group_listed_and_described() {
         .await
         .expect("ShareGroupDescribe");
     assert_broker_code(&unknown[0].1, ErrorCode::GROUP_ID_NOT_FOUND);
-    // v1 is the first stable version (KIP-932); the client's table still caps it at 0, so the
-    // heartbeat goes on our connection to the one node (the coordinator of every group).
+    // v1 is the first stable version (KIP-932); the heartbeat goes on our connection to the one
+    // node (the coordinator of every group).
     let deadline = tokio::time::Instant::now() + SETTLE;
     let joined = loop {
         let r = conn

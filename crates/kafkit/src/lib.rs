@@ -134,6 +134,7 @@ mod group;
 mod ops;
 pub mod properties;
 mod reader;
+mod share;
 mod time;
 mod tls;
 pub mod transact;
@@ -183,6 +184,11 @@ pub use properties::{Properties, PropertyError};
 pub use reader::{
     AutoOffsetReset, ConsumerRecord, FetchState, PartitionRecords, PartitionStats, Position,
     Reader, ReaderBuilder, ReaderError, ReaderStats, StartOffset,
+};
+pub use share::{
+    AcknowledgeType, AcknowledgementCommit, AcknowledgementMode, ShareAcknowledger,
+    ShareAcquireMode, ShareError, ShareReader, ShareReaderBuilder, ShareRecord, ShareStats,
+    ShareStream,
 };
 #[cfg(feature = "tls")]
 pub use tls::{TlsConfig, TlsConfigBuilder};

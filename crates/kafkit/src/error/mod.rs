@@ -13,6 +13,7 @@ pub(crate) mod group;
 pub(crate) mod produce;
 pub(crate) mod properties;
 pub(crate) mod reader;
+pub(crate) mod share;
 
 use std::fmt;
 use std::io;
@@ -30,6 +31,7 @@ use self::group::GroupError;
 use self::produce::{ProduceError, WriteErrors, WriterConfigError};
 use self::properties::PropertyError;
 use self::reader::ReaderError;
+use self::share::ShareError;
 
 /// Why a connection stopped carrying requests.
 ///
@@ -439,6 +441,13 @@ pub enum Error {
     /// coordinator, or was closed. Retriable and error code as [`GroupError`] says.
     #[error(transparent)]
     Group(GroupError),
+
+    /// A share group member ([`crate::ShareReader`], KIP-932) refused a call (unacknowledged
+    /// records in explicit mode, a record it cannot acknowledge), left the group after
+    /// `max_poll_interval`, was refused by the coordinator, or was closed. Retriable and error
+    /// code as [`ShareError`] says.
+    #[error(transparent)]
+    Share(ShareError),
 }
 
 impl From<ProduceError> for Error {
@@ -482,6 +491,7 @@ impl Error {
             Error::Mechanism(e) => e.is_retriable(),
             Error::Reader(e) => e.is_retriable(),
             Error::Group(e) => e.is_retriable(),
+            Error::Share(e) => e.is_retriable(),
             Error::Encode(_)
             | Error::Decode(_)
             | Error::Compression(_)
@@ -528,6 +538,7 @@ impl Error {
             Error::Write(e) => e.error_code(),
             Error::Reader(e) => e.error_code(),
             Error::Group(e) => e.error_code(),
+            Error::Share(e) => e.error_code(),
             Error::Records(e) => e.kafka_error_name().and_then(code_named),
             Error::Compression(e) => e.kafka_error_name().and_then(code_named),
             Error::Balance(BalanceError::UnknownPartition { .. }) => {

@@ -654,7 +654,7 @@ fn leave_epoch(op: super::config::GroupMembershipOperation, is_static: bool) -> 
 
 /// A member id as KIP-1082 asks the client to make one (ConsumerGroupHeartbeat v1): a random
 /// UUID in Kafka's base64url form (22 characters).
-fn random_member_id() -> String {
+pub(crate) fn random_member_id() -> String {
     let mut b = [0u8; 16];
     if getrandom::fill(&mut b).is_err() {
         // No randomness source: time-based bytes still make a distinct id per member.

@@ -1,0 +1,615 @@
+//! Share groups (KIP-932, "queues for Kafka"): [`ShareReader`], a member of a share group.
+//!
+//! The members of a share group share the partitions of their topics, and each record goes to
+//! one member at a time: a ShareFetch *acquires* records for a lock period (the broker's
+//! `share.record.lock.duration.ms`, [`ShareReader::acquisition_lock_timeout`]), and the member
+//! then *acknowledges* each one: [`AcknowledgeType::Accept`] (done), `Release` (delivered again
+//! at once, to any member), `Reject` (never again; to the group's dead-letter topic where one
+//! is set, KIP-1191) or `Renew` (the lock renewed, KIP-1222). A record whose lock runs out is
+//! delivered again, its [`ShareRecord::delivery_count`] one higher; past the group's delivery
+//! count limit it is archived.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use kafkit::{AcknowledgeType, AcknowledgementMode, ShareReader, Transport};
+//!
+//! # async fn run() -> kafkit::Result<()> {
+//! let transport = Transport::builder(["localhost:9092"]).build()?;
+//! let mut reader = ShareReader::builder(transport, "work")
+//!     .topics(["jobs"])
+//!     .acknowledgement_mode(AcknowledgementMode::Explicit)
+//!     .build()?;
+//! for _ in 0..10 {
+//!     for record in reader.poll(Duration::from_secs(1)).await? {
+//!         let done = record.value.as_deref().is_some_and(|v| !v.is_empty());
+//!         let how = if done { AcknowledgeType::Accept } else { AcknowledgeType::Reject };
+//!         reader.acknowledge(&record, how)?;
+//!     }
+//!     for outcome in reader.commit(Duration::from_secs(5)).await? {
+//!         if let Err(e) = &outcome.result {
+//!             eprintln!("{}/{}: {e}", outcome.topic, outcome.partition);
+//!         }
+//!     }
+//! }
+//! reader.close(Duration::from_secs(5)).await
+//! # }
+//! ```
+//!
+//! How it works: a member task heartbeats with the group coordinator (ShareGroupHeartbeat,
+//! `member.rs`; the coordinator assigns the partitions), and each poll sends one ShareFetch
+//! to every broker that leads an assigned partition at once, at most one request per broker
+//! at a time, each on a share session of its own (`fetch.rs`, `session.rs`). The
+//! acknowledgements ride on the next ShareFetch to the partition's leader, or go in a
+//! ShareAcknowledge (`acks.rs`).
+
+mod acks;
+mod config;
+mod fetch;
+mod member;
+mod session;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+pub use self::acks::AcknowledgeType;
+pub use self::config::{AcknowledgementMode, ShareAcquireMode, ShareReaderBuilder};
+pub use crate::error::share::ShareError;
+
+use self::config::Config;
+use self::fetch::Fetcher;
+use self::member::Shared;
+use self::session::Tip;
+use crate::error::{Error, Result};
+use crate::reader::ConsumerRecord;
+use crate::transport::Transport;
+
+/// A record a [`ShareReader`] acquired: the record (through `Deref`, as a
+/// [`ConsumerRecord`]), how many times it was delivered, and until when this member holds it.
+#[derive(Debug, Clone)]
+pub struct ShareRecord {
+    pub(crate) record: ConsumerRecord,
+    pub(crate) delivery_count: u16,
+    pub(crate) lock_deadline: std::time::Instant,
+    pub(crate) tip: Tip,
+}
+
+impl ShareRecord {
+    /// How many times the record was delivered, this time included (1 the first time;
+    /// KIP-932's `DeliveryCount`).
+    pub fn delivery_count(&self) -> u16 {
+        self.delivery_count
+    }
+
+    /// When the acquisition lock runs out (the answer's arrival plus the broker's
+    /// `AcquisitionLockTimeoutMs`): unacknowledged by then, the record goes to another member.
+    pub fn acquisition_lock_deadline(&self) -> std::time::Instant {
+        self.lock_deadline
+    }
+
+    /// The record.
+    pub fn record(&self) -> &ConsumerRecord {
+        &self.record
+    }
+
+    /// The record, taken out.
+    pub fn into_record(self) -> ConsumerRecord {
+        self.record
+    }
+}
+
+impl std::ops::Deref for ShareRecord {
+    type Target = ConsumerRecord;
+
+    fn deref(&self) -> &ConsumerRecord {
+        &self.record
+    }
+}
+
+/// The outcome of the acknowledgements of one partition that one request carried (Java's
+/// `AcknowledgementCommitCallback` arguments): the offsets and whether the broker took them.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct AcknowledgementCommit {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The partition.
+    pub partition: i32,
+    /// The offsets acknowledged, ascending.
+    pub offsets: Vec<i64>,
+    /// `Ok` when the broker took them; else why not, e.g. [`Error::Broker`] with
+    /// `INVALID_RECORD_STATE` (the records' locks ran out, or another member holds them) or
+    /// `NOT_LEADER_OR_FOLLOWER`; a request that got no answer as `NETWORK_EXCEPTION` with the
+    /// connection's error as its message.
+    pub result: Result<()>,
+}
+
+/// Counters of a [`ShareReader`], since it was built.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShareStats {
+    /// The member epoch (0 while joining, -1 after leaving).
+    pub member_epoch: i32,
+    /// Partitions assigned now.
+    pub assigned_partitions: usize,
+    /// ShareGroupHeartbeat requests sent.
+    pub heartbeats: u64,
+    /// ShareFetch requests sent.
+    pub share_fetch_requests: u64,
+    /// ShareAcknowledge requests sent.
+    pub share_acknowledge_requests: u64,
+    /// Rounds of requests: each sends at most one request per broker.
+    pub fetch_rounds: u64,
+    /// Records acquired and handed to the reader.
+    pub records_delivered: u64,
+    /// Acknowledgements the brokers took.
+    pub acknowledgements_sent: u64,
+    /// Acknowledgements refused or lost.
+    pub acknowledgements_failed: u64,
+}
+
+/// A member of a share group (KIP-932): see the [module docs](self). Built with
+/// [`ShareReader::builder`]; Java's `KafkaShareConsumer`.
+pub struct ShareReader {
+    shared: Arc<Shared>,
+    member: Option<JoinHandle<()>>,
+    fetcher: Fetcher,
+    closed: bool,
+}
+
+impl std::fmt::Debug for ShareReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareReader")
+            .field("group_id", &self.shared.config.group_id)
+            .field("member_id", &self.shared.member_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Acknowledges records of a [`ShareReader`] while something else holds the reader (its
+/// [`ShareReader::stream`]). Cheap to clone.
+#[derive(Clone)]
+pub struct ShareAcknowledger {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ShareAcknowledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareAcknowledger").finish_non_exhaustive()
+    }
+}
+
+impl ShareAcknowledger {
+    /// As [`ShareReader::acknowledge`].
+    ///
+    /// # Errors
+    ///
+    /// As [`ShareReader::acknowledge`].
+    pub fn acknowledge(&self, record: &ShareRecord, how: AcknowledgeType) -> Result<()> {
+        acknowledge(&self.shared, record, how)
+    }
+}
+
+fn acknowledge(shared: &Shared, record: &ShareRecord, how: AcknowledgeType) -> Result<()> {
+    let group_id = || shared.config.group_id.clone();
+    if shared.config.acknowledgement_mode == AcknowledgementMode::Implicit {
+        return Err(ShareError::ImplicitMode {
+            group_id: group_id(),
+        }
+        .into());
+    }
+    let mut acks = shared.acks();
+    let r = acks
+        .get_mut(&record.tip)
+        .ok_or("it was not handed out by this reader")
+        .and_then(|p| p.acknowledge(record.offset, how));
+    r.map_err(|why| {
+        ShareError::NotAcknowledgeable {
+            group_id: group_id(),
+            topic: record.topic.to_string(),
+            partition: record.partition,
+            offset: record.offset,
+            why,
+        }
+        .into()
+    })
+}
+
+impl ShareReader {
+    /// A builder for a member of `group_id` on `transport` (see [`ShareReaderBuilder`] for the
+    /// settings).
+    pub fn builder(transport: Transport, group_id: impl Into<String>) -> ShareReaderBuilder {
+        ShareReaderBuilder::new(transport, group_id)
+    }
+
+    pub(crate) fn start(transport: Transport, config: Config) -> ShareReader {
+        let member_id = crate::group::random_member_id();
+        let shared = Arc::new(Shared::new(transport, config, member_id));
+        let member = tokio::spawn(member::run(shared.clone()));
+        ShareReader {
+            shared,
+            member: Some(member),
+            fetcher: Fetcher::new(),
+            closed: false,
+        }
+    }
+
+    /// The group.
+    pub fn group_id(&self) -> &str {
+        &self.shared.config.group_id
+    }
+
+    /// The member id, made by this client when it was built (KIP-932).
+    pub fn member_id(&self) -> &str {
+        &self.shared.member_id
+    }
+
+    /// How long a record stays acquired, as the brokers last said (`None` before the first
+    /// ShareFetch answer). Java's `acquisitionLockTimeoutMs`.
+    pub fn acquisition_lock_timeout(&self) -> Option<Duration> {
+        self.shared.state().lock_timeout
+    }
+
+    /// The partitions the last poll fetched from, as (topic, partition).
+    pub fn assignment(&self) -> Vec<(Arc<str>, i32)> {
+        self.fetcher.assignment()
+    }
+
+    /// A handle acknowledging records while the reader is borrowed (by its `stream`).
+    pub fn acknowledger(&self) -> ShareAcknowledger {
+        ShareAcknowledger {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Replaces the subscription (Java `subscribe`); the next heartbeat carries it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty list or an empty name.
+    pub fn subscribe<I, S>(&self, topics: I) -> Result<()>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let topics: Vec<String> = topics.into_iter().map(Into::into).collect();
+        if topics.is_empty() || topics.iter().any(String::is_empty) {
+            return Err(Error::Config(
+                "a share group member needs at least one topic, and no empty topic name".into(),
+            ));
+        }
+        let mut st = self.shared.state();
+        st.topics = topics;
+        st.subscription_sent = false;
+        drop(st);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// The reader's counters.
+    pub fn stats(&self) -> ShareStats {
+        let c = &self.shared.stats;
+        let st = self.shared.state();
+        ShareStats {
+            member_epoch: st.epoch,
+            assigned_partitions: st.assignment.len(),
+            heartbeats: c.heartbeats.load(Ordering::Relaxed),
+            share_fetch_requests: c.share_fetches.load(Ordering::Relaxed),
+            share_acknowledge_requests: c.share_acknowledges.load(Ordering::Relaxed),
+            fetch_rounds: c.rounds.load(Ordering::Relaxed),
+            records_delivered: c.records_delivered.load(Ordering::Relaxed),
+            acknowledgements_sent: c.acknowledgements_sent.load(Ordering::Relaxed),
+            acknowledgements_failed: c.acknowledgements_failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records acquired for this member: at most `max_poll_records`, as soon as any broker
+    /// answers with records, or none after `timeout` (Java `poll(Duration)`). In implicit mode
+    /// it first accepts every record the poll before handed out.
+    ///
+    /// # Errors
+    ///
+    /// [`ShareError::UnacknowledgedRecords`] in explicit mode while records of the last poll
+    /// are unacknowledged (nothing fetched); [`ShareError::MaxPollIntervalExceeded`] once after
+    /// the member left for not polling; [`ShareError::Fatal`] when the member stopped;
+    /// [`ShareError::Closed`] after `close`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the requests go on in their own tasks, and records that came in are
+    /// handed out by the next poll.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>> {
+        self.begin_poll()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.fetcher.read_answers(&self.shared);
+            if !self.fetcher.ready.is_empty() {
+                return Ok(self.hand_out());
+            }
+            self.check()?;
+            if let Err(e) = self.fetcher.route(&self.shared).await {
+                tracing::debug!(error = %e, "share reader: no metadata yet");
+            }
+            self.fetcher.send_all(&self.shared, true).await;
+            if !self.fetcher.in_flight() {
+                // Nothing assigned (yet): wait for the member's next assignment.
+                let wait = (Instant::now() + self.shared.config.retry_backoff).min(deadline);
+                tokio::select! {
+                    () = tokio::time::sleep_until(wait) => {}
+                    () = self.shared.assigned.notified() => {}
+                }
+                if Instant::now() >= deadline {
+                    return Ok(Vec::new());
+                }
+                continue;
+            }
+            if !self.fetcher.wait_answers(&self.shared, deadline).await {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    /// The checks and settling at the start of a poll.
+    fn begin_poll(&mut self) -> Result<()> {
+        self.check()?;
+        let group_id = self.shared.config.group_id.clone();
+        {
+            let mut st = self.shared.state();
+            st.last_poll = Instant::now();
+            if st.left_for_poll {
+                st.left_for_poll = false;
+                drop(st);
+                self.shared.wake.notify_one();
+                return Err(ShareError::MaxPollIntervalExceeded {
+                    group_id,
+                    max_poll_interval: self.shared.config.max_poll_interval,
+                }
+                .into());
+            }
+        }
+        let mut acks = self.shared.acks();
+        match self.shared.config.acknowledgement_mode {
+            AcknowledgementMode::Implicit => {
+                acks.values_mut().for_each(|p| {
+                    p.accept_delivered();
+                });
+            }
+            AcknowledgementMode::Explicit => {
+                let count: usize = acks.values().map(acks::PartAcks::unacknowledged).sum();
+                if count > 0 {
+                    return Err(ShareError::UnacknowledgedRecords { group_id, count }.into());
+                }
+            }
+        }
+        acks.retain(|_, p| !p.is_idle());
+        Ok(())
+    }
+
+    /// Whether the reader can go on.
+    fn check(&self) -> Result<()> {
+        if self.closed {
+            return Err(ShareError::Closed.into());
+        }
+        if let Some(e) = &self.shared.state().fatal {
+            return Err(e.clone().into());
+        }
+        Ok(())
+    }
+
+    /// Hands out up to `max_poll_records` of the fetched records.
+    fn hand_out(&mut self) -> Vec<ShareRecord> {
+        let n = self
+            .fetcher
+            .ready
+            .len()
+            .min(self.shared.config.max_poll_records as usize);
+        let out: Vec<ShareRecord> = self.fetcher.ready.drain(..n).collect();
+        let mut acks = self.shared.acks();
+        for r in &out {
+            acks.entry(r.tip).or_default().deliver(r.offset);
+        }
+        out
+    }
+
+    /// Settles `record` (explicit mode): the acknowledgement goes with the next request to its
+    /// partition's leader, or with [`ShareReader::commit`] (Java `acknowledge`). A record
+    /// acknowledged again before it is sent takes the newer type. `Renew` keeps the record
+    /// with this member, which still owes it a final acknowledgement.
+    ///
+    /// # Errors
+    ///
+    /// [`ShareError::ImplicitMode`] in implicit mode; [`ShareError::NotAcknowledgeable`] for a
+    /// record this reader did not hand out or whose acknowledgement was already sent.
+    pub fn acknowledge(&self, record: &ShareRecord, how: AcknowledgeType) -> Result<()> {
+        acknowledge(&self.shared, record, how)
+    }
+
+    /// Sends every acknowledgement made so far and waits for the answers, at most `timeout`
+    /// (Java `commitSync(Duration)`). In implicit mode it first accepts every record the last
+    /// poll handed out. Returns the outcome per partition and request of every acknowledgement
+    /// answered since the commit started (those answered before went to the callback only);
+    /// acknowledgements not answered by `timeout` stay pending and go with a later request.
+    ///
+    /// # Errors
+    ///
+    /// [`ShareError::Closed`] after `close`; [`ShareError::Fatal`] when the member stopped.
+    /// Refused acknowledgements are not errors of the call: they are in the outcomes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: requests in flight finish in their own tasks, and their outcomes go to
+    /// the callback.
+    pub async fn commit(&mut self, timeout: Duration) -> Result<Vec<AcknowledgementCommit>> {
+        self.check()?;
+        if self.shared.config.acknowledgement_mode == AcknowledgementMode::Implicit {
+            self.shared.acks().values_mut().for_each(|p| {
+                p.accept_delivered();
+            });
+        }
+        self.fetcher.settled.clear();
+        let deadline = Instant::now() + timeout;
+        self.settle(deadline).await;
+        Ok(std::mem::take(&mut self.fetcher.settled))
+    }
+
+    /// Sends what is pending and waits for the answers, until nothing is pending or in flight,
+    /// or `deadline`.
+    async fn settle(&mut self, deadline: Instant) {
+        loop {
+            self.fetcher.read_answers(&self.shared);
+            let pending = self.shared.acks().values().any(acks::PartAcks::has_pending);
+            if !pending && !self.fetcher.in_flight() {
+                return;
+            }
+            if self.fetcher.route(&self.shared).await.is_err() && Instant::now() >= deadline {
+                return;
+            }
+            self.fetcher.send_all(&self.shared, false).await;
+            if !self.fetcher.in_flight() {
+                // Nowhere to send what is pending yet (no leader known): try again shortly.
+                let wait = (Instant::now() + self.shared.config.retry_backoff).min(deadline);
+                tokio::time::sleep_until(wait).await;
+            } else {
+                self.fetcher.wait_answers(&self.shared, deadline).await;
+            }
+            if Instant::now() >= deadline {
+                return;
+            }
+        }
+    }
+
+    /// The records, one by one, polling as needed (each poll waits up to 1 s and is repeated).
+    /// Errors are yielded and the stream goes on, except after [`ShareError::Closed`] or
+    /// [`ShareError::Fatal`], where it ends. In explicit mode acknowledge each record through
+    /// [`ShareReader::acknowledger`] before the stream needs the next poll.
+    pub fn stream(&mut self) -> ShareStream<'_> {
+        ShareStream {
+            idle: Some(self),
+            running: None,
+            buffer: VecDeque::new(),
+            ended: false,
+        }
+    }
+
+    /// Leaves the group: releases every record handed out and not acknowledged (and those
+    /// fetched and not handed out), sends what is pending with a ShareAcknowledge closing each
+    /// share session (epoch -1: the broker releases what the member still holds), then leaves
+    /// with a ShareGroupHeartbeat at epoch -1; all within `timeout` (Java `close(Duration)`).
+    ///
+    /// # Errors
+    ///
+    /// None today; the `Result` leaves room for one. What could not be sent in time is
+    /// released by the brokers when the member's connections close or its locks run out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped part way, the reader is closed without the rest (the member
+    /// task still leaves the group).
+    pub async fn close(mut self, timeout: Duration) -> Result<()> {
+        self.closed = true;
+        let deadline = Instant::now() + timeout;
+        self.fetcher.drain(&self.shared, deadline).await;
+        self.release_all();
+        self.fetcher.close_sessions(&self.shared, deadline).await;
+        self.shared.state().closing = true;
+        self.shared.wake.notify_one();
+        if let Some(m) = self.member.take() {
+            let _ = tokio::time::timeout_at(deadline, m).await;
+        }
+        Ok(())
+    }
+
+    /// Releases everything the member holds: the records handed out and not acknowledged,
+    /// and those fetched and not handed out.
+    fn release_all(&mut self) {
+        let mut acks = self.shared.acks();
+        for r in self.fetcher.ready.drain(..) {
+            acks.entry(r.tip).or_default().deliver(r.offset);
+        }
+        acks.values_mut().for_each(acks::PartAcks::release_held);
+    }
+}
+
+/// A poll of a [`ShareStream`] in progress, holding the reader until it ends.
+type Polling<'a> =
+    Pin<Box<dyn Future<Output = (&'a mut ShareReader, Result<Vec<ShareRecord>>)> + Send + 'a>>;
+
+/// The records of a [`ShareReader`] as a [`futures_core::Stream`] of `Result<ShareRecord>`
+/// ([`ShareReader::stream`]).
+#[must_use = "streams do nothing unless polled"]
+pub struct ShareStream<'a> {
+    idle: Option<&'a mut ShareReader>,
+    running: Option<Polling<'a>>,
+    buffer: VecDeque<ShareRecord>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for ShareStream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareStream")
+            .field("buffered", &self.buffer.len())
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl futures_core::Stream for ShareStream<'_> {
+    type Item = Result<ShareRecord>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(r) = this.buffer.pop_front() {
+                return Poll::Ready(Some(Ok(r)));
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            let running = match &mut this.running {
+                Some(f) => f,
+                None => {
+                    let Some(reader) = this.idle.take() else {
+                        return Poll::Ready(None);
+                    };
+                    this.running.insert(Box::pin(async move {
+                        let r = reader.poll(Duration::from_secs(1)).await;
+                        (reader, r)
+                    }))
+                }
+            };
+            let Poll::Ready((reader, r)) = running.as_mut().poll(cx) else {
+                return Poll::Pending;
+            };
+            this.running = None;
+            this.idle = Some(reader);
+            match r {
+                Ok(records) => this.buffer.extend(records),
+                Err(e) => {
+                    this.ended = matches!(
+                        &e,
+                        Error::Share(ShareError::Closed | ShareError::Fatal { .. })
+                    );
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ShareReader {
+    /// Dropped without `close`: the member task leaves the group on its own; the connections
+    /// close, and the brokers release what the member held.
+    fn drop(&mut self) {
+        if !self.closed {
+            self.shared.state().closing = true;
+            self.shared.wake.notify_one();
+        }
+    }
+}

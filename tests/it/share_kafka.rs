@@ -1,0 +1,276 @@
+//! Share groups (KIP-932) on Apache Kafka 4.4: `ShareReader` members acquiring records,
+//! acknowledging them (Accept, Release, Reject), sharing partitions, and closing. Each test
+//! makes its own topic and group and sets the group's `share.auto.offset.reset` to `earliest`
+//! (a group config; Kafka's default, `latest`, would skip what the test wrote first).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use integration_tests::{create_topic, kafka, unique_topic};
+use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType};
+use kafkit::{
+    AcknowledgeType, AcknowledgementMode, Client, Error, ProducerRecord, ShareError, ShareReader,
+    ShareRecord, Transport, Writer,
+};
+
+/// The bound on every wait of these tests.
+const T: Duration = Duration::from_secs(60);
+
+fn transport() -> Transport {
+    Transport::builder([kafka()]).build().expect("transport")
+}
+
+/// Writes `per_partition` records `p<partition>-<i>` to each of `partitions`.
+async fn write(topic: &str, partitions: i32, per_partition: usize) -> BTreeSet<String> {
+    let w = Writer::builder(transport()).build().expect("writer");
+    let mut values = BTreeSet::new();
+    let mut records = Vec::new();
+    for p in 0..partitions {
+        for i in 0..per_partition {
+            let v = format!("p{p}-{i}");
+            values.insert(v.clone());
+            records.push(ProducerRecord::new(topic, v).partition(p));
+        }
+    }
+    w.write(records).await.expect("written");
+    w.close(Duration::from_secs(10)).await.expect("close");
+    values
+}
+
+/// A topic of `partitions` and a share group reading it from the earliest offset.
+async fn topic_and_group(prefix: &str, partitions: i32) -> (String, String) {
+    let topic = unique_topic(prefix);
+    create_topic(&kafka(), &topic, partitions).await;
+    let group = unique_topic(&format!("g-{prefix}"));
+    let admin = Client::new(transport());
+    let r = admin
+        .incremental_alter_configs(
+            &[(
+                ConfigResource::new(ConfigResourceType::Group, group.clone()),
+                vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")],
+            )],
+            false,
+        )
+        .await
+        .expect("IncrementalAlterConfigs");
+    assert!(r[0].1.is_ok(), "{r:?}");
+    (topic, group)
+}
+
+fn reader(group: &str, topic: &str, mode: AcknowledgementMode) -> ShareReader {
+    ShareReader::builder(transport(), group)
+        .topics([topic])
+        .acknowledgement_mode(mode)
+        .build()
+        .expect("share reader")
+}
+
+fn value(r: &ShareRecord) -> String {
+    String::from_utf8(r.value.as_deref().expect("a value").to_vec()).expect("utf-8")
+}
+
+/// Polls until `n` records came (or the bound): every record, in poll order.
+async fn poll_n(reader: &mut ShareReader, n: usize) -> Vec<ShareRecord> {
+    let deadline = tokio::time::Instant::now() + T;
+    let mut got = Vec::new();
+    while got.len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {n} records within {T:?}",
+            got.len()
+        );
+        got.extend(reader.poll(Duration::from_secs(1)).await.expect("poll"));
+    }
+    got
+}
+
+/// The group's start offset and lag per partition (DescribeShareGroupOffsets).
+async fn lags(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, Option<i64>> {
+    let admin = Client::new(transport());
+    let tps: Vec<(&str, i32)> = (0..partitions).map(|p| (topic, p)).collect();
+    let offsets = admin
+        .list_share_group_offsets(group, Some(&tps))
+        .await
+        .expect("DescribeShareGroupOffsets");
+    offsets
+        .into_iter()
+        .map(|(tp, o)| (tp.1, o.ok().and_then(|o| o.lag)))
+        .collect()
+}
+
+/// One member, implicit mode: every record of 3 partitions comes once with delivery count 1,
+/// each poll accepts the one before it, and after `close` the group's lag is 0 everywhere.
+/// The member sent ShareFetch to its one broker, never more than rounds of one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_member_reads_and_accepts_every_record() {
+    let (topic, group) = topic_and_group("share-one", 3).await;
+    let values = write(&topic, 3, 40).await;
+    let mut r = reader(&group, &topic, AcknowledgementMode::Implicit);
+    let got = poll_n(&mut r, values.len()).await;
+    let seen: BTreeSet<String> = got.iter().map(value).collect();
+    assert_eq!(seen, values, "every record once");
+    assert_eq!(got.len(), values.len(), "no record twice");
+    assert!(got.iter().all(|x| x.delivery_count() == 1));
+    assert_eq!(r.acquisition_lock_timeout(), Some(Duration::from_secs(30)));
+    // The next poll accepts them; nothing more comes.
+    assert!(
+        r.poll(Duration::from_millis(500))
+            .await
+            .expect("poll")
+            .is_empty()
+    );
+    let stats = r.stats();
+    assert!(stats.share_fetch_requests >= 1, "{stats:?}");
+    assert_eq!(stats.records_delivered, values.len() as u64, "{stats:?}");
+    assert_eq!(stats.acknowledgements_failed, 0, "{stats:?}");
+    r.close(Duration::from_secs(10)).await.expect("close");
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let l = lags(&group, &topic, 3).await;
+        if l.values().all(|x| *x == Some(0)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "lag 0 everywhere: {l:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Explicit mode: a poll while records are unacknowledged is refused; Release brings a record
+/// back at once with delivery count 2; Reject never brings it back; acknowledging a record
+/// twice after it was sent is refused; the commit reports each partition's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_redelivers_and_reject_never_does() {
+    let (topic, group) = topic_and_group("share-ack", 1).await;
+    write(&topic, 1, 10).await;
+    let mut r = reader(&group, &topic, AcknowledgementMode::Explicit);
+    let first = poll_n(&mut r, 10).await;
+    assert_eq!(first.len(), 10);
+    match r.poll(Duration::from_millis(100)).await {
+        Err(Error::Share(ShareError::UnacknowledgedRecords { count: 10, .. })) => {}
+        other => panic!("expected UnacknowledgedRecords, got {other:?}"),
+    }
+    for rec in &first {
+        let how = match rec.offset {
+            0..=2 => AcknowledgeType::Release,
+            3..=4 => AcknowledgeType::Reject,
+            _ => AcknowledgeType::Accept,
+        };
+        r.acknowledge(rec, how).expect("acknowledge");
+    }
+    let outcomes = r.commit(Duration::from_secs(10)).await.expect("commit");
+    let acked: Vec<i64> = outcomes
+        .iter()
+        .inspect(|o| assert!(o.result.is_ok(), "{o:?}"))
+        .flat_map(|o| o.offsets.iter().copied())
+        .collect();
+    assert_eq!(acked, (0..10).collect::<Vec<_>>(), "{outcomes:?}");
+    match r.acknowledge(&first[5], AcknowledgeType::Accept) {
+        Err(Error::Share(ShareError::NotAcknowledgeable { offset: 5, .. })) => {}
+        other => panic!("expected NotAcknowledgeable, got {other:?}"),
+    }
+    // The released three come back, at once, delivered a second time; the rejected never.
+    let again = poll_n(&mut r, 3).await;
+    let offsets: Vec<i64> = again.iter().map(|x| x.offset).collect();
+    assert_eq!(offsets, vec![0, 1, 2]);
+    assert!(again.iter().all(|x| x.delivery_count() == 2), "{again:?}");
+    for rec in &again {
+        r.acknowledge(rec, AcknowledgeType::Accept).expect("accept");
+    }
+    assert!(
+        r.poll(Duration::from_secs(1))
+            .await
+            .expect("poll")
+            .is_empty()
+    );
+    r.close(Duration::from_secs(10)).await.expect("close");
+    let l = lags(&group, &topic, 1).await;
+    assert_eq!(l[&0], Some(0), "{l:?}");
+}
+
+/// A member closing with records it did not acknowledge releases them: another member of the
+/// group gets them at once (well within the 30 s lock) with delivery count 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_releases_what_was_not_acknowledged() {
+    let (topic, group) = topic_and_group("share-close", 1).await;
+    write(&topic, 1, 5).await;
+    let mut a = reader(&group, &topic, AcknowledgementMode::Explicit);
+    let held = poll_n(&mut a, 5).await;
+    a.acknowledge(&held[0], AcknowledgeType::Accept)
+        .expect("accept");
+    let started = tokio::time::Instant::now();
+    a.close(Duration::from_secs(10)).await.expect("close");
+    let mut b = reader(&group, &topic, AcknowledgementMode::Implicit);
+    let got = poll_n(&mut b, 4).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "released, not timed out"
+    );
+    let offsets: Vec<i64> = got.iter().map(|x| x.offset).collect();
+    assert_eq!(offsets, vec![1, 2, 3, 4]);
+    assert!(got.iter().all(|x| x.delivery_count() == 2), "{got:?}");
+    b.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// Three members share 12 partitions: every record is delivered and accepted exactly once
+/// among them, and each member got some of the partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_share_twelve_partitions() {
+    let (topic, group) = topic_and_group("share-three", 12).await;
+    let mut members: Vec<ShareReader> = (0..3)
+        .map(|_| reader(&group, &topic, AcknowledgementMode::Implicit))
+        .collect();
+    // Wait until the group settled on three members before writing, so all three share.
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        for m in &mut members {
+            assert!(
+                m.poll(Duration::from_millis(200))
+                    .await
+                    .expect("poll")
+                    .is_empty()
+            );
+        }
+        let sizes: Vec<usize> = members
+            .iter()
+            .map(|m| m.stats().assigned_partitions)
+            .collect();
+        if sizes.iter().all(|s| *s > 0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "three members assigned: {sizes:?}"
+        );
+    }
+    let values = write(&topic, 12, 30).await;
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut per_member = [0usize; 3];
+    let deadline = tokio::time::Instant::now() + T;
+    while seen.len() < values.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} records",
+            seen.len(),
+            values.len()
+        );
+        for (i, m) in members.iter_mut().enumerate() {
+            for rec in m.poll(Duration::from_millis(200)).await.expect("poll") {
+                per_member[i] += 1;
+                *seen.entry(value(&rec)).or_default() += 1;
+            }
+        }
+    }
+    for m in members {
+        m.close(Duration::from_secs(10)).await.expect("close");
+    }
+    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), values);
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
+    assert!(
+        per_member.iter().all(|n| *n > 0),
+        "each member read: {per_member:?}"
+    );
+}

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use integration_tests::{create_topic, kafka, unique_topic};
-use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType};
+use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic};
 use kafkit::{
-    AcknowledgeType, AcknowledgementMode, Client, Error, ProducerRecord, ShareError, ShareReader,
-    ShareRecord, Transport, Writer,
+    AcknowledgeType, AcknowledgementMode, Client, Error, ProducerRecord, Reader, ShareError,
+    ShareReader, ShareRecord, StartOffset, Transport, Writer,
 };
 
 /// The bound on every wait of these tests.
@@ -39,15 +39,26 @@ async fn write(topic: &str, partitions: i32, per_partition: usize) -> BTreeSet<S
 
 /// A topic of `partitions` and a share group reading it from the earliest offset.
 async fn topic_and_group(prefix: &str, partitions: i32) -> (String, String) {
+    topic_and_group_with(prefix, partitions, &[]).await
+}
+
+/// As [`topic_and_group`], with more group configs.
+async fn topic_and_group_with(
+    prefix: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> (String, String) {
     let topic = unique_topic(prefix);
     create_topic(&kafka(), &topic, partitions).await;
     let group = unique_topic(&format!("g-{prefix}"));
+    let mut ops = vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")];
+    ops.extend(configs.iter().map(|(k, v)| AlterConfigOp::set(*k, *v)));
     let admin = Client::new(transport());
     let r = admin
         .incremental_alter_configs(
             &[(
                 ConfigResource::new(ConfigResourceType::Group, group.clone()),
-                vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")],
+                ops,
             )],
             false,
         )
@@ -273,4 +284,162 @@ async fn three_members_share_twelve_partitions() {
         per_member.iter().all(|n| *n > 0),
         "each member read: {per_member:?}"
     );
+}
+
+/// The group's delivery count limit (2, the least Kafka allows) archives a record released
+/// twice: after its second delivery and release nothing comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delivery_count_limit_archives_a_record_that_keeps_failing() {
+    let (topic, group) =
+        topic_and_group_with("share-limit", 1, &[("share.delivery.count.limit", "2")]).await;
+    write(&topic, 1, 1).await;
+    let mut r = reader(&group, &topic, AcknowledgementMode::Explicit);
+    for delivery in 1..=2u16 {
+        let got = poll_n(&mut r, 1).await;
+        assert_eq!((got[0].offset, got[0].delivery_count()), (0, delivery));
+        r.acknowledge(&got[0], AcknowledgeType::Release)
+            .expect("release");
+    }
+    let outcomes = r.commit(Duration::from_secs(10)).await.expect("commit");
+    assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
+    for _ in 0..3 {
+        let got = r.poll(Duration::from_millis(500)).await.expect("poll");
+        assert!(got.is_empty(), "archived, never delivered again: {got:?}");
+    }
+    r.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// A member killed while it holds records (its runtime dropped: no acknowledgement, no close,
+/// no leave): its connections close, and another member gets the records, delivered a second
+/// time, within the lock period plus a little.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_members_records_are_delivered_again() {
+    let (topic, group) = topic_and_group("share-kill", 1).await;
+    write(&topic, 1, 5).await;
+    let (g, t) = (group.clone(), topic.clone());
+    let victim = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (reader, held) = rt.block_on(async move {
+            let mut a = reader(&g, &t, AcknowledgementMode::Explicit);
+            let held = poll_n(&mut a, 5).await;
+            (a, held.len())
+        });
+        drop(rt);
+        drop(reader);
+        held
+    });
+    assert_eq!(victim.join().expect("the victim's thread"), 5);
+    let mut b = reader(&group, &topic, AcknowledgementMode::Implicit);
+    let got = poll_n(&mut b, 5).await;
+    let offsets: Vec<i64> = got.iter().map(|x| x.offset).collect();
+    assert_eq!(offsets, vec![0, 1, 2, 3, 4]);
+    assert!(got.iter().all(|x| x.delivery_count() == 2), "{got:?}");
+    b.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// Renew (KIP-1222) keeps a slow record with its member past the lock period (15 s here, the
+/// least Kafka allows): another member polling all along never gets it, and the record is
+/// accepted by the member that renewed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_keeps_a_slow_record_from_being_delivered_again() {
+    let (topic, group) = topic_and_group_with(
+        "share-renew",
+        1,
+        &[("share.record.lock.duration.ms", "15000")],
+    )
+    .await;
+    write(&topic, 1, 1).await;
+    let mut a = reader(&group, &topic, AcknowledgementMode::Explicit);
+    let held = poll_n(&mut a, 1).await;
+    assert_eq!(a.acquisition_lock_timeout(), Some(Duration::from_secs(15)));
+    let mut b = reader(&group, &topic, AcknowledgementMode::Implicit);
+    let until = tokio::time::Instant::now() + Duration::from_secs(25);
+    let mut renewed = 0;
+    while tokio::time::Instant::now() < until {
+        // Renew every ~5 s (a third of the lock), while b polls for the record.
+        a.acknowledge(&held[0], AcknowledgeType::Renew)
+            .expect("renew");
+        let outcomes = a.commit(Duration::from_secs(10)).await.expect("commit");
+        assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
+        renewed += 1;
+        let step = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < step {
+            let got = b.poll(Duration::from_millis(500)).await.expect("poll");
+            assert!(got.is_empty(), "renewed, so not delivered again: {got:?}");
+        }
+    }
+    assert!(renewed >= 5);
+    a.acknowledge(&held[0], AcknowledgeType::Accept)
+        .expect("accept");
+    let outcomes = a.commit(Duration::from_secs(10)).await.expect("commit");
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    assert!(outcomes[0].result.is_ok(), "{outcomes:?}");
+    assert!(
+        b.poll(Duration::from_secs(1))
+            .await
+            .expect("poll")
+            .is_empty()
+    );
+    a.close(Duration::from_secs(10)).await.expect("close");
+    b.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// A rejected record goes to the group's dead-letter topic (KIP-1191, `share.version` 2) when
+/// the group names one (a topic under the `dlq.` prefix, made with
+/// `errors.deadletterqueue.group.enable`): the copy there holds the record's value; the
+/// accepted ones do not go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_record_lands_in_the_dead_letter_topic() {
+    // Kafka takes dead-letter topics under the broker's prefix only (`dlq.` by default).
+    let dlq = format!("dlq.{}", unique_topic("share"));
+    let admin = Client::new(transport());
+    let made = admin
+        .create_topics(
+            &[NewTopic::new(dlq.clone(), 1, 1)
+                .config("errors.deadletterqueue.group.enable", "true")],
+            false,
+        )
+        .await
+        .expect("CreateTopics");
+    assert!(made[0].1.is_ok(), "{made:?}");
+    let (topic, group) = topic_and_group_with(
+        "share-dlq-in",
+        1,
+        &[
+            ("errors.deadletterqueue.topic.name", dlq.as_str()),
+            ("errors.deadletterqueue.copy.record.enable", "true"),
+        ],
+    )
+    .await;
+    write(&topic, 1, 3).await;
+    let mut r = reader(&group, &topic, AcknowledgementMode::Explicit);
+    let got = poll_n(&mut r, 3).await;
+    for rec in &got {
+        let how = if rec.offset == 1 {
+            AcknowledgeType::Reject
+        } else {
+            AcknowledgeType::Accept
+        };
+        r.acknowledge(rec, how).expect("acknowledge");
+    }
+    let outcomes = r.commit(Duration::from_secs(10)).await.expect("commit");
+    assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
+    r.close(Duration::from_secs(10)).await.expect("close");
+    let dead = Reader::builder(transport()).build().expect("reader");
+    dead.assign([(dlq.as_str(), 0, StartOffset::Earliest)])
+        .expect("assign");
+    let batch = tokio::time::timeout(T, dead.next_batch())
+        .await
+        .expect("the dead letter within the bound")
+        .expect("next_batch");
+    let values: Vec<String> = batch
+        .iter()
+        .flat_map(|p| p.records.iter())
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    assert_eq!(values, vec!["p0-1".to_string()], "{batch:?}");
 }

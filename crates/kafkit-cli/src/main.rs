@@ -20,6 +20,7 @@ mod partitioner;
 mod perf;
 mod produce;
 mod reach;
+mod reset;
 mod settings;
 mod transactions;
 mod verbose;

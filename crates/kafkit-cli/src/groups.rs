@@ -8,13 +8,14 @@
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
-use kafkit::admin::{CommittedOffsets, OffsetAndMetadata};
+use kafkit::admin::OffsetAndMetadata;
 use kafkit::admin::{ConsumerGroupDescription, GroupState, ListGroupOffsets, ListGroupsOptions};
-use kafkit::{Client, IsolationLevel, OffsetSpec};
+use kafkit::{Client, IsolationLevel};
 use serde_json::{Value, json};
 
 use crate::conn::Conn;
-use crate::out::{Described, Table, print_json};
+use crate::out::{Described, Table, opt, print_json};
+use crate::reset::{self, ResetScope, ResetWords, Tp};
 use crate::{CmdResult, Failure};
 
 /// `kafkit groups`.
@@ -109,51 +110,13 @@ pub enum DescribeType {
     Streams,
 }
 
-/// Where `reset-offsets` moves each partition.
-#[derive(Debug, Args)]
-#[group(required = true, multiple = false)]
-pub struct ResetTo {
-    /// To each partition's log start offset.
-    #[arg(long)]
-    to_earliest: bool,
-    /// To each partition's end offset.
-    #[arg(long)]
-    to_latest: bool,
-    /// To this offset (kept within each partition's earliest..=latest).
-    #[arg(long, value_name = "OFFSET")]
-    to_offset: Option<i64>,
-    /// To the first offset at or after this time: ms since the epoch, or
-    /// YYYY-MM-DDTHH:MM:SS[.sss] (UTC, an optional trailing Z).
-    #[arg(long, value_name = "TIME")]
-    to_datetime: Option<String>,
-    /// By N from the committed offset (negative: back; kept within earliest..=latest).
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    shift_by: Option<i64>,
-}
-
 /// `kafkit groups reset-offsets`.
 #[derive(Debug, Args)]
 pub struct ResetArgs {
     /// The group.
     group: String,
-    /// A topic, or TOPIC:P,P for some of its partitions (repeatable).
-    #[arg(
-        long = "topic",
-        value_name = "TOPIC[:P,P]",
-        required_unless_present = "all_topics"
-    )]
-    topics: Vec<String>,
-    /// Every topic the group has committed offsets for.
-    #[arg(long, conflicts_with = "topics")]
-    all_topics: bool,
     #[command(flatten)]
-    to: ResetTo,
-    /// Commit the new offsets (without it: a dry run that changes nothing).
-    #[arg(long)]
-    execute: bool,
-    /// JSON output.
-    #[arg(long)]
-    json: bool,
+    scope: ResetScope,
 }
 
 /// Runs `kafkit groups ...`.
@@ -180,7 +143,14 @@ pub async fn run(conn: &Conn, cmd: GroupsCmd) -> CmdResult {
     }
 }
 
-async fn list(admin: &Client, types: &[GroupType], states: &[String], json: bool) -> CmdResult {
+/// `groups list` (and `share-groups list`): the groups of `types` (none: consumer groups) in
+/// `states` (none: all), sorted by name.
+///
+/// # Errors
+///
+/// [`Failure::Usage`] for an unknown state; [`Failure::Error`] when ListGroups fails or a
+/// broker could not list its groups (the others' are printed).
+pub async fn list(admin: &Client, types: &[GroupType], states: &[String], json: bool) -> CmdResult {
     let mut options = ListGroupsOptions::new();
     if !states.is_empty() {
         let parsed: Vec<GroupState> = states.iter().map(|s| GroupState::parse(s)).collect();
@@ -273,7 +243,7 @@ fn description_json(d: &ConsumerGroupDescription) -> Value {
 }
 
 /// `topic:p,p` of a KIP-848 / share assignment, sorted.
-fn topics_text(a: &[kafkit::admin::TopicPartitions]) -> String {
+pub fn topics_text(a: &[kafkit::admin::TopicPartitions]) -> String {
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for t in a {
         by_topic
@@ -387,17 +357,23 @@ fn share_rows(d: &kafkit::admin::ShareGroupDescription) -> GroupRows {
                 ]
             })
             .collect(),
-        json: json!({
-            "group": d.group_id, "state": d.state.as_str(), "type": "share",
-            "assignor": d.assignor_name, "group_epoch": d.group_epoch,
-            "assignment_epoch": d.assignment_epoch,
-            "members": d.members.iter().map(|m| json!({
-                "member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
-                "member_epoch": m.member_epoch, "subscription": m.subscribed_topic_names,
-                "assignment": topics_text(&m.assignment),
-            })).collect::<Vec<_>>(),
-        }),
+        json: share_json(d),
     }
+}
+
+/// A described share group as `--json` prints it (`groups describe --type share`,
+/// `share-groups describe`).
+pub fn share_json(d: &kafkit::admin::ShareGroupDescription) -> Value {
+    json!({
+        "group": d.group_id, "state": d.state.as_str(), "type": "share",
+        "assignor": d.assignor_name, "group_epoch": d.group_epoch,
+        "assignment_epoch": d.assignment_epoch,
+        "members": d.members.iter().map(|m| json!({
+            "member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
+            "member_epoch": m.member_epoch, "subscription": m.subscribed_topic_names,
+            "assignment": topics_text(&m.assignment),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 fn streams_rows(d: &kafkit::admin::StreamsGroupDescription) -> GroupRows {
@@ -550,10 +526,6 @@ async fn describe(
     out.print(json)
 }
 
-fn opt(v: Option<i64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
-}
-
 async fn lag(admin: &Client, group: &str, committed: bool, json: bool) -> CmdResult {
     let isolation = if committed {
         IsolationLevel::ReadCommitted
@@ -605,148 +577,6 @@ async fn lag(admin: &Client, group: &str, committed: bool, json: bool) -> CmdRes
     Ok(())
 }
 
-/// `--topic TOPIC[:P,P]`.
-fn parse_topic(s: &str) -> Result<(String, Vec<i32>), Failure> {
-    let Some((t, ps)) = s.split_once(':') else {
-        return Ok((s.to_owned(), Vec::new()));
-    };
-    let parts = ps
-        .split(',')
-        .map(|p| p.trim().parse::<i32>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| {
-            Failure::Usage(format!(
-                "--topic {s:?}: expected TOPIC or TOPIC:P,P with partition numbers"
-            ))
-        })?;
-    if t.is_empty() {
-        return Err(Failure::Usage(format!("--topic {s:?}: no topic name")));
-    }
-    Ok((t.to_owned(), parts))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// `--to-datetime`: ms since the epoch, or `YYYY-MM-DDTHH:MM:SS[.sss][Z]` in UTC.
-pub fn parse_datetime(s: &str) -> Result<i64, Failure> {
-    let bad = || {
-        Failure::Usage(format!(
-            "--to-datetime {s:?}: expected ms since the epoch or YYYY-MM-DDTHH:MM:SS[.sss] (UTC)"
-        ))
-    };
-    if let Ok(ms) = s.parse::<i64>() {
-        return if ms >= 0 { Ok(ms) } else { Err(bad()) };
-    }
-    let s2 = s.strip_suffix('Z').unwrap_or(s);
-    let (date, time) = s2.split_once('T').ok_or_else(bad)?;
-    let num = |x: &str, len: usize| -> Result<i64, Failure> {
-        if x.len() != len || !x.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
-        }
-        x.parse().map_err(|_| bad())
-    };
-    let d: Vec<&str> = date.split('-').collect();
-    let (time, frac) = time.split_once('.').unwrap_or((time, ""));
-    let t: Vec<&str> = time.split(':').collect();
-    if d.len() != 3 || t.len() != 3 || frac.len() > 3 {
-        return Err(bad());
-    }
-    let (y, mo, da) = (num(d[0], 4)?, num(d[1], 2)?, num(d[2], 2)?);
-    let (h, mi, se) = (num(t[0], 2)?, num(t[1], 2)?, num(t[2], 2)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 23 || mi > 59 || se > 60 {
-        return Err(bad());
-    }
-    let ms = if frac.is_empty() {
-        0
-    } else {
-        num(frac, frac.len())? * 10i64.pow(3 - frac.len() as u32)
-    };
-    let secs = days_from_civil(y, mo, da) * 86_400 + h * 3600 + mi * 60 + se;
-    Ok(secs * 1000 + ms)
-}
-
-/// One partition's plan.
-struct Plan {
-    topic: String,
-    partition: i32,
-    current: Option<i64>,
-    new: Result<i64, String>,
-}
-
-/// The partitions to reset: those named (all of a topic's without a list), or with
-/// `--all-topics` every partition the group committed for.
-async fn reset_partitions(
-    admin: &Client,
-    all_topics: bool,
-    named: &[(String, Vec<i32>)],
-    committed: &CommittedOffsets,
-) -> Result<Vec<(String, i32)>, Failure> {
-    if all_topics {
-        let mut v: Vec<(String, i32)> = committed.iter().map(|(tp, _)| tp.clone()).collect();
-        v.sort();
-        return Ok(v);
-    }
-    let names: Vec<&str> = named.iter().map(|(t, _)| t.as_str()).collect();
-    let mut names_dedup = names.clone();
-    names_dedup.sort_unstable();
-    names_dedup.dedup();
-    let described = admin.describe_topics(&names_dedup, false).await?;
-    let mut out = Vec::new();
-    for (t, only) in named {
-        let d = described
-            .iter()
-            .find(|(n, _)| n == t)
-            .map(|(_, d)| d)
-            .ok_or_else(|| Failure::Error(format!("topic {t}: no answer")))?;
-        let d = d
-            .as_ref()
-            .map_err(|e| Failure::Error(format!("topic {t}: {e}")))?;
-        for p in only {
-            if !d.partitions.iter().any(|m| m.partition == *p) {
-                return Err(Failure::Error(format!(
-                    "topic {t} has no partition {p} ({} partitions)",
-                    d.partitions.len()
-                )));
-            }
-        }
-        out.extend(
-            d.partitions
-                .iter()
-                .map(|m| m.partition)
-                .filter(|p| only.is_empty() || only.contains(p))
-                .map(|p| (t.clone(), p)),
-        );
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
-
-/// `(topic, partition) -> offset` under `spec` for `parts` (errors as text).
-async fn offsets_at(
-    admin: &Client,
-    parts: &[(String, i32)],
-    spec: OffsetSpec,
-) -> Result<BTreeMap<(String, i32), Result<i64, String>>, Failure> {
-    let ask: Vec<(&str, i32, OffsetSpec)> =
-        parts.iter().map(|(t, p)| (t.as_str(), *p, spec)).collect();
-    Ok(admin
-        .list_offsets(&ask, IsolationLevel::ReadUncommitted)
-        .await?
-        .into_iter()
-        .map(|(tp, r)| (tp, r.map(|o| o.offset).map_err(|e| e.to_string())))
-        .collect())
-}
-
 /// The group must be inactive: no members, state Empty or Dead (Kafka's rule).
 async fn check_inactive(admin: &Client, group: &str) -> Result<(), Failure> {
     let mut d = admin.describe_consumer_groups(&[group], false).await?;
@@ -766,18 +596,17 @@ async fn check_inactive(admin: &Client, group: &str) -> Result<(), Failure> {
     )))
 }
 
+/// How `groups reset-offsets` names a consumer group's offsets.
+const RESET_WORDS: ResetWords = ResetWords {
+    current: "CURRENT",
+    new: "NEW",
+    offsets: "committed offsets",
+    apply: "commit these offsets",
+};
+
 async fn reset(admin: &Client, a: ResetArgs) -> CmdResult {
     // Every argument is checked before the cluster is asked anything (a usage error, exit 2).
-    let named: Vec<(String, Vec<i32>)> = a
-        .topics
-        .iter()
-        .map(|s| parse_topic(s))
-        .collect::<Result<_, _>>()?;
-    let at_ms =
-        a.to.to_datetime
-            .as_deref()
-            .map(parse_datetime)
-            .transpose()?;
+    let parsed = a.scope.parse()?;
     check_inactive(admin, &a.group).await?;
     let committed = admin
         .list_consumer_group_offsets(&[ListGroupOffsets::all(a.group.clone())], false)
@@ -786,14 +615,7 @@ async fn reset(admin: &Client, a: ResetArgs) -> CmdResult {
         .map(|(_, r)| r)
         .ok_or_else(|| Failure::Error(format!("group {}: no answer", a.group)))?
         .map_err(|e| Failure::Error(format!("group {}: {e}", a.group)))?;
-    let parts = reset_partitions(admin, a.all_topics, &named, &committed).await?;
-    if parts.is_empty() {
-        return Err(Failure::Error(format!(
-            "group {} has no committed offsets to reset (name the topics with --topic)",
-            a.group
-        )));
-    }
-    let current: BTreeMap<(String, i32), Option<i64>> = committed
+    let current: BTreeMap<Tp, Option<i64>> = committed
         .iter()
         .map(|(tp, r)| {
             (
@@ -802,111 +624,23 @@ async fn reset(admin: &Client, a: ResetArgs) -> CmdResult {
             )
         })
         .collect();
-    let earliest = offsets_at(admin, &parts, OffsetSpec::Earliest).await?;
-    let latest = offsets_at(admin, &parts, OffsetSpec::Latest).await?;
-    let at = match at_ms {
-        Some(ms) => Some(offsets_at(admin, &parts, OffsetSpec::Timestamp(ms)).await?),
-        None => None,
-    };
-    let mut plans = Vec::new();
-    for tp in &parts {
-        let cur = current.get(tp).copied().flatten();
-        let answer = |m: &BTreeMap<(String, i32), Result<i64, String>>| {
-            m.get(tp)
-                .cloned()
-                .unwrap_or_else(|| Err("no ListOffsets answer".into()))
-        };
-        let (lo, hi) = (answer(&earliest), answer(&latest));
-        let new = lo.and_then(|lo| {
-            hi.and_then(|hi| {
-                let clamp = |o: i64| o.clamp(lo, hi.max(lo));
-                if a.to.to_earliest {
-                    Ok(lo)
-                } else if a.to.to_latest {
-                    Ok(hi)
-                } else if let Some(o) = a.to.to_offset {
-                    Ok(clamp(o))
-                } else if let Some(n) = a.to.shift_by {
-                    cur.map(|c| clamp(c.saturating_add(n)))
-                        .ok_or_else(|| "no committed offset to shift".to_owned())
-                } else {
-                    // --to-datetime: no record at or after it means the end (as Kafka does).
-                    match at.as_ref().and_then(|m| m.get(tp)) {
-                        Some(Ok(o)) if *o >= 0 => Ok(*o),
-                        Some(Ok(_)) | None => Ok(hi),
-                        Some(Err(e)) => Err(e.clone()),
-                    }
-                }
-            })
-        });
-        plans.push(Plan {
-            topic: tp.0.clone(),
-            partition: tp.1,
-            current: cur,
-            new,
-        });
-    }
-    let mut results: BTreeMap<(String, i32), Result<(), String>> = BTreeMap::new();
-    if a.execute {
-        let offsets: Vec<(String, i32, OffsetAndMetadata)> = plans
-            .iter()
-            .filter_map(|p| {
-                p.new
-                    .as_ref()
-                    .ok()
-                    .map(|o| (p.topic.clone(), p.partition, OffsetAndMetadata::new(*o)))
-            })
-            .collect();
-        if !offsets.is_empty() {
-            for (tp, r) in admin
-                .alter_consumer_group_offsets(&a.group, &offsets)
-                .await?
-            {
-                results.insert(tp, r.map_err(|e| e.to_string()));
-            }
+    let known = current.keys().cloned().collect();
+    let parts = reset::partitions(admin, &a.group, &a.scope, &parsed, known, &RESET_WORDS).await?;
+    let plans = reset::plan(admin, &a.scope, &parsed, &parts, &current).await?;
+    let mut results: BTreeMap<Tp, Result<(), String>> = BTreeMap::new();
+    let offsets: Vec<(String, i32, OffsetAndMetadata)> = reset::to_apply(&plans)
+        .into_iter()
+        .map(|((t, p), o)| (t.to_owned(), p, OffsetAndMetadata::new(o)))
+        .collect();
+    if a.scope.execute && !offsets.is_empty() {
+        for (tp, r) in admin
+            .alter_consumer_group_offsets(&a.group, &offsets)
+            .await?
+        {
+            results.insert(tp, r.map_err(|e| e.to_string()));
         }
     }
-    let mut failed = 0;
-    let mut docs = Vec::new();
-    let mut t = Table::new(&["GROUP", "TOPIC", "PARTITION", "CURRENT", "NEW"]);
-    for p in &plans {
-        let key = (p.topic.clone(), p.partition);
-        let outcome = match (&p.new, results.get(&key)) {
-            (Err(e), _) | (Ok(_), Some(Err(e))) => Some(e.clone()),
-            _ => None,
-        };
-        if let Some(e) = &outcome {
-            failed += 1;
-            eprintln!("kafkit: {}/{}: {e}", p.topic, p.partition);
-        }
-        docs.push(json!({
-            "topic": p.topic, "partition": p.partition, "current": p.current,
-            "new": p.new.as_ref().ok(), "error": outcome,
-        }));
-        t.row(vec![
-            a.group.clone(),
-            p.topic.clone(),
-            p.partition.to_string(),
-            opt(p.current),
-            p.new
-                .as_ref()
-                .map_or_else(|_| "error".into(), i64::to_string),
-        ]);
-    }
-    if a.json {
-        print_json(&json!({"group": a.group, "executed": a.execute, "partitions": docs}));
-    } else {
-        t.print();
-    }
-    if !a.execute {
-        eprintln!("kafkit: dry run, nothing changed: add --execute to commit these offsets");
-    }
-    if failed > 0 {
-        return Err(Failure::Error(format!(
-            "{failed} partition(s) could not be reset"
-        )));
-    }
-    Ok(())
+    reset::print(&a.group, &plans, &results, &a.scope, &RESET_WORDS)
 }
 
 async fn delete(admin: &Client, groups: &[String], json: bool) -> CmdResult {
@@ -927,51 +661,4 @@ async fn delete(admin: &Client, groups: &[String], json: bool) -> CmdResult {
     }
     let results = admin.delete_consumer_groups(&names).await?;
     crate::out::outcomes("group", "deleted group", &results, json)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn datetimes_parse_as_utc() {
-        assert_eq!(parse_datetime("0").ok(), Some(0));
-        assert_eq!(
-            parse_datetime("1700000000000").ok(),
-            Some(1_700_000_000_000)
-        );
-        assert_eq!(
-            parse_datetime("2023-11-14T22:13:20").ok(),
-            Some(1_700_000_000_000)
-        );
-        assert_eq!(
-            parse_datetime("2023-11-14T22:13:20.5Z").ok(),
-            Some(1_700_000_000_500)
-        );
-        assert_eq!(parse_datetime("1970-01-01T00:00:00.001").ok(), Some(1));
-        assert_eq!(
-            parse_datetime("2000-03-01T00:00:00").ok(),
-            Some(951_868_800_000)
-        );
-        for bad in [
-            "-1",
-            "2023-13-01T00:00:00",
-            "2023-1-01T00:00:00",
-            "yesterday",
-            "2023-11-14",
-        ] {
-            assert!(parse_datetime(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn topics_take_partition_lists() {
-        assert_eq!(parse_topic("t").ok(), Some(("t".into(), vec![])));
-        assert_eq!(
-            parse_topic("a.b:0,2").ok(),
-            Some(("a.b".into(), vec![0, 2]))
-        );
-        assert!(parse_topic("t:x").is_err());
-        assert!(parse_topic(":1").is_err());
-    }
 }

@@ -1,6 +1,6 @@
 //! `kafkit`: a command line for Apache Kafka on the kafkit client (produce, consume with kcat's
-//! `-f` formats, topics, configs, consumer groups, ACLs, cluster, features, the KRaft quorum,
-//! delegation tokens, offsets, transactions, perf, shell completions).
+//! `-f` formats, topics, configs, consumer groups, share groups, ACLs, cluster, features, the
+//! KRaft quorum, delegation tokens, offsets, transactions, perf, shell completions).
 //!
 //! Exit codes: 0 success (also a `consume`, or a `produce` outside a transaction, ended by
 //! Ctrl-C), 1 an error (broker, network, a record that failed), 2 a usage error (bad arguments,
@@ -20,7 +20,9 @@ mod partitioner;
 mod perf;
 mod produce;
 mod reach;
+mod reset;
 mod settings;
+mod share_groups;
 mod transactions;
 mod verbose;
 
@@ -82,6 +84,9 @@ enum Cmd {
     /// List, describe, delete consumer groups; their lag; reset their offsets.
     #[command(subcommand)]
     Groups(groups::GroupsCmd),
+    /// List, describe and delete KIP-932 share groups; reset and delete their start offsets.
+    #[command(subcommand)]
+    ShareGroups(share_groups::ShareGroupsCmd),
     /// List, create and delete ACLs.
     #[command(subcommand)]
     Acls(acls::AclsCmd),
@@ -267,6 +272,7 @@ async fn run(conn: conn::ConnArgs, cmd: Cmd) -> CmdResult {
         Cmd::Tokens(c) => kraft::tokens(&conn, c).await,
         Cmd::Offsets(a) => admin::offsets(&conn, a).await,
         Cmd::Groups(c) => groups::run(&conn, c).await,
+        Cmd::ShareGroups(c) => share_groups::run(&conn, c).await,
         Cmd::Acls(c) => acls::run(&conn, c).await,
         Cmd::Transactions(c) => transactions::run(&conn, c).await,
         Cmd::Perf(c) => perf::run(&conn, c).await,

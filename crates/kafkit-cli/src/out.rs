@@ -152,6 +152,11 @@ pub fn outcomes<T, E: Display>(
     Ok(())
 }
 
+/// An offset or lag, or `-` where there is none (as Kafka's tools print it).
+pub fn opt(v: Option<i64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
 /// A table printed with each column as wide as its widest cell.
 #[derive(Debug, Default)]
 pub struct Table {

@@ -381,6 +381,58 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             &[
                 "-b",
                 "h:1",
+                "share-groups",
+                "reset-offsets",
+                "--group",
+                "g",
+                "--topic",
+                "t",
+            ],
+            "--to-earliest",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "share-groups",
+                "reset-offsets",
+                "--topic",
+                "t",
+                "--to-latest",
+            ],
+            "--group",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "share-groups",
+                "reset-offsets",
+                "--group",
+                "g",
+                "--topic",
+                "t:x",
+                "--to-earliest",
+            ],
+            "partition numbers",
+        ),
+        (&["-b", "h:1", "share-groups", "delete"], "--group"),
+        (
+            &[
+                "-b",
+                "h:1",
+                "share-groups",
+                "delete-offsets",
+                "--group",
+                "g",
+            ],
+            "--topic",
+        ),
+        (&["-b", "h:1", "share-groups", "describe"], "GROUP"),
+        (
+            &[
+                "-b",
+                "h:1",
                 "acls",
                 "create",
                 "--topic",
@@ -2835,6 +2887,348 @@ fn transactions_commands_on_tansu() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(api), "{args:?}: {}", stderr(&out));
     }
+}
+
+/// A share group member made by hand (KIP-932): ShareGroupHeartbeat v1 on a connection of the
+/// test's own, as `tests/it/admin44_kafka.rs` does (the client's table caps the API at v0, and
+/// the library has no share consumer yet). One node is the coordinator of every group.
+struct RawShareMember {
+    rt: tokio::runtime::Runtime,
+    conn: kafkit::Conn,
+    heartbeat: kafkit::protocol::messages::ShareGroupHeartbeatRequest,
+}
+
+impl RawShareMember {
+    /// Joins `group` subscribed to `topic`, retrying while the coordinator loads (bounded).
+    fn join(b: &Broker, group: &str, member_id: &str, topic: &str) -> RawShareMember {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let conn = rt.block_on(async {
+            kafkit::Dialer::builder()
+                .client_id("kafkit-cli-share-test")
+                .build()
+                .dial(&b.addr)
+                .await
+                .expect("dial the broker")
+        });
+        let heartbeat = kafkit::protocol::messages::ShareGroupHeartbeatRequest::default()
+            .with_group_id(group.to_owned())
+            .with_member_id(member_id.to_owned())
+            .with_member_epoch(0)
+            .with_subscribed_topic_names(Some(vec![topic.to_owned()]));
+        let mut m = RawShareMember {
+            rt,
+            conn,
+            heartbeat,
+        };
+        let loading = [
+            kafkit::ErrorCode::NOT_COORDINATOR,
+            kafkit::ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            kafkit::ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+        ];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = m.send();
+            if r.error_code.is_ok() {
+                m.heartbeat.member_epoch = r.member_epoch;
+                return m;
+            }
+            assert!(
+                loading.contains(&r.error_code) && Instant::now() < deadline,
+                "ShareGroupHeartbeat join: {r:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn send(&self) -> kafkit::protocol::messages::ShareGroupHeartbeatResponse {
+        self.rt
+            .block_on(self.conn.request_at(&self.heartbeat, 1, Duration::ZERO))
+            .expect("ShareGroupHeartbeat v1")
+    }
+
+    /// One heartbeat at the member's epoch (the coordinator hands out its assignment on them).
+    fn beat(&mut self) {
+        let r = self.send();
+        assert!(r.error_code.is_ok(), "ShareGroupHeartbeat: {r:?}");
+        self.heartbeat.member_epoch = r.member_epoch;
+    }
+
+    /// Leaves the group (epoch -1).
+    fn leave(mut self) {
+        self.heartbeat.member_epoch = -1;
+        self.heartbeat.subscribed_topic_names = None;
+        let r = self.send();
+        assert!(r.error_code.is_ok(), "ShareGroupHeartbeat leave: {r:?}");
+    }
+}
+
+/// `share-groups list|describe|reset-offsets|delete-offsets|delete` on Kafka, like
+/// `kafka-share-groups.sh`, for a share group of one member made with ShareGroupHeartbeat v1:
+/// listed, described with its assignment; a reset, a delete and a delete-offsets refused while
+/// it has the member (exit 1, NON_EMPTY_GROUP); once it left, start offsets set with
+/// `--execute` and read back with `describe --offsets` (start offset and lag), a dry run that
+/// changes nothing, the offsets deleted, the group deleted and gone from the list. Kafka only:
+/// tansu 0.6 has no share groups (no ShareGroupHeartbeat, ShareGroupDescribe).
+#[test]
+fn share_groups_commands_on_kafka() {
+    let b = &Broker::kafka();
+    let topic = create_topic(b, 2);
+    produce_values(b, &topic, 0, &["a", "b", "c"]);
+    produce_values(b, &topic, 1, &["d"]);
+    let group = unique("g-cli-share");
+    let member_id = unique("share-member");
+    let mut member = RawShareMember::join(b, &group, &member_id, &topic);
+
+    let listed = ok(&run(b, &["share-groups", "list"]));
+    assert!(
+        listed.lines().any(|l| l.starts_with(&format!("{group} "))),
+        "{listed}"
+    );
+    let listed: Value =
+        serde_json::from_str(&ok(&run(b, &["share-groups", "list", "--json"]))).unwrap();
+    let ours: Vec<&Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["group"] == group.as_str())
+        .collect();
+    assert_eq!(ours.len(), 1, "{listed}");
+    assert_eq!(ours[0]["type"], "share", "{listed}");
+
+    // The coordinator assigns both partitions to the one member over its heartbeats.
+    let assignment = format!("{topic}:0,1");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let described = loop {
+        let d: Value = serde_json::from_str(&ok(&run(
+            b,
+            &["share-groups", "describe", &group, "--json"],
+        )))
+        .unwrap();
+        if d[0]["members"][0]["assignment"] == assignment.as_str() {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "no assignment: {d}");
+        member.beat();
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(described[0]["state"], "Stable", "{described}");
+    assert_eq!(described[0]["assignor"], "simple", "{described}");
+    assert_eq!(described[0]["members"][0]["member_id"], member_id.as_str());
+    let text = ok(&run(b, &["share-groups", "describe", &group]));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for column in ["CONSUMER-ID", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"] {
+        assert!(lines[0].contains(column), "{text}");
+    }
+    assert!(lines[1].contains(&member_id), "{text}");
+    assert!(lines[1].contains(" 2 "), "two partitions: {text}");
+    assert!(lines[1].ends_with(&assignment), "{text}");
+
+    // While the member is in the group nothing changes its start offsets or deletes it.
+    for args in [
+        vec![
+            "reset-offsets",
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--to-earliest",
+        ],
+        vec![
+            "reset-offsets",
+            "--group",
+            &group,
+            "--all-topics",
+            "--to-latest",
+            "--execute",
+        ],
+        vec!["delete", "--group", &group],
+        vec!["delete-offsets", "--group", &group, "--topic", &topic],
+    ] {
+        let mut a = vec!["share-groups"];
+        a.extend(&args);
+        let out = run(b, &a);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!(
+                "share group {group} is not empty (NON_EMPTY_GROUP"
+            )),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = stderr(&run(
+        b,
+        &[
+            "share-groups",
+            "reset-offsets",
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--to-earliest",
+        ],
+    ));
+    assert!(out.contains("state Stable, 1 member(s)"), "{out}");
+
+    member.leave();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let d: Value = serde_json::from_str(&ok(&run(
+            b,
+            &["share-groups", "describe", &group, "--json"],
+        )))
+        .unwrap();
+        if d[0]["state"] == "Empty" && d[0]["members"].as_array().is_some_and(Vec::is_empty) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the member did not leave: {d}");
+    }
+
+    // --execute sets the start offsets; describe --offsets reads them back with their lag.
+    let start_offsets = || -> Vec<(i64, i64)> {
+        let d: Value = serde_json::from_str(&ok(&run(
+            b,
+            &["share-groups", "describe", &group, "--offsets", "--json"],
+        )))
+        .unwrap();
+        let mut v: Vec<(i64, i64, i64)> = d[0]["offsets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("offsets: {d}"))
+            .iter()
+            .filter(|o| o["topic"] == topic.as_str())
+            .map(|o| {
+                (
+                    o["partition"].as_i64().unwrap(),
+                    o["start_offset"].as_i64().unwrap_or(-1),
+                    o["lag"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect();
+        v.sort_unstable();
+        v.into_iter().map(|(_, o, lag)| (o, lag)).collect()
+    };
+    let out = ok(&run(
+        b,
+        &[
+            "share-groups",
+            "reset-offsets",
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--to-latest",
+            "--execute",
+        ],
+    ));
+    assert!(out.starts_with("GROUP"), "{out}");
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .ends_with("START-OFFSET  NEW-OFFSET"),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert_eq!(start_offsets(), [(3, 0), (1, 0)]);
+
+    // A dry run prints the plan (from the start offsets to the log start) and changes nothing.
+    let out = run(
+        b,
+        &[
+            "share-groups",
+            "reset-offsets",
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--to-earliest",
+            "--json",
+        ],
+    );
+    let plan: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert!(stderr(&out).contains("dry run"), "{}", stderr(&out));
+    assert_eq!(plan["executed"], false, "{plan}");
+    let planned: Vec<(i64, i64)> = plan["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["current"].as_i64().unwrap(), p["new"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(planned, [(3, 0), (1, 0)], "{plan}");
+    assert_eq!(
+        start_offsets(),
+        [(3, 0), (1, 0)],
+        "the dry run changed nothing"
+    );
+
+    // --execute on one partition: its start offset is the log start, its lag every record.
+    ok(&run(
+        b,
+        &[
+            "share-groups",
+            "reset-offsets",
+            "--group",
+            &group,
+            "--topic",
+            &format!("{topic}:0"),
+            "--to-earliest",
+            "--execute",
+        ],
+    ));
+    assert_eq!(start_offsets(), [(0, 3), (1, 0)]);
+    let text = ok(&run(b, &["share-groups", "describe", &group, "--offsets"]));
+    assert!(text.contains("START-OFFSET  LAG"), "{text}");
+    let row = [group.as_str(), topic.as_str(), "0", "0", "3"];
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().eq(row.iter().copied())),
+        "{text}"
+    );
+
+    // delete-offsets removes the group's state on the topic; delete removes the group.
+    let out = ok(&run(
+        b,
+        &[
+            "share-groups",
+            "delete-offsets",
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+        ],
+    ));
+    assert!(out.contains(&topic), "{out}");
+    assert_eq!(start_offsets(), []);
+    let j: Value = serde_json::from_str(&ok(&run(
+        b,
+        &["share-groups", "delete", "--group", &group, "--json"],
+    )))
+    .unwrap();
+    assert_eq!(j, serde_json::json!([{"group": group, "ok": true}]));
+    let listed = ok(&run(b, &["share-groups", "list"]));
+    assert!(
+        !listed.lines().any(|l| l.starts_with(&format!("{group} "))),
+        "{listed}"
+    );
+    let gone = run(b, &["share-groups", "describe", &group]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(
+        stderr(&gone).contains("GROUP_ID_NOT_FOUND"),
+        "{}",
+        stderr(&gone)
+    );
+    // DeleteGroups deletes any type: a group that is not a share group is refused first.
+    let out = run(b, &["share-groups", "delete", "--group", &group]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is not a share group (GROUP_ID_NOT_FOUND)"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A broker that the test takes away while a `kafkit` uses it: on Kafka the node's RELAYED

@@ -6,11 +6,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use integration_tests::{create_topic, kafka, unique_topic};
+use std::sync::{Arc, Mutex};
+
+use integration_tests::kafka_cluster::KafkaCluster;
+use integration_tests::{create_topic, create_topic_replicated, kafka, unique_topic};
 use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic};
+use kafkit::protocol::ApiKey;
 use kafkit::{
-    AcknowledgeType, AcknowledgementMode, Client, Error, ProducerRecord, Reader, ShareError,
-    ShareReader, ShareRecord, StartOffset, Transport, Writer,
+    AcknowledgeType, AcknowledgementMode, Client, CoordinatorType, Error, ProducerRecord, Reader,
+    ShareError, ShareReader, ShareRecord, StartOffset, Transport, Writer,
 };
 
 /// The bound on every wait of these tests.
@@ -18,6 +22,56 @@ const T: Duration = Duration::from_secs(60);
 
 fn transport() -> Transport {
     Transport::builder([kafka()]).build().expect("transport")
+}
+
+/// A transport on the three-node cluster, quick to retry.
+fn cluster_transport(cluster: &KafkaCluster) -> Transport {
+    Transport::builder(cluster.bootstrap().split(','))
+        .retry_backoff(Duration::from_millis(50))
+        .retry_backoff_max(Duration::from_millis(500))
+        .default_api_timeout(Duration::from_secs(15))
+        .build()
+        .expect("transport")
+}
+
+/// Sets the group's configs (`share.auto.offset.reset=earliest` and `more`) through `t`.
+async fn group_configs(t: &Transport, group: &str, more: &[(&str, &str)]) {
+    let mut ops = vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")];
+    ops.extend(more.iter().map(|(k, v)| AlterConfigOp::set(*k, *v)));
+    let r = Client::new(t.clone())
+        .incremental_alter_configs(
+            &[(ConfigResource::new(ConfigResourceType::Group, group), ops)],
+            false,
+        )
+        .await
+        .expect("IncrementalAlterConfigs");
+    assert!(r[0].1.is_ok(), "{r:?}");
+}
+
+/// Writes `per_partition` records `<tag>-p<partition>-<i>` to each of `partitions` through `t`.
+async fn write_on(
+    t: &Transport,
+    topic: &str,
+    partitions: i32,
+    per_partition: usize,
+    tag: &str,
+) -> BTreeSet<String> {
+    let w = Writer::builder(t.clone())
+        .delivery_timeout(Duration::from_secs(60))
+        .build()
+        .expect("writer");
+    let mut values = BTreeSet::new();
+    let mut records = Vec::new();
+    for p in 0..partitions {
+        for i in 0..per_partition {
+            let v = format!("{tag}-p{p}-{i}");
+            values.insert(v.clone());
+            records.push(ProducerRecord::new(topic, v).partition(p));
+        }
+    }
+    w.write(records).await.expect("written");
+    w.close(Duration::from_secs(10)).await.expect("close");
+    values
 }
 
 /// Writes `per_partition` records `p<partition>-<i>` to each of `partitions`.
@@ -51,20 +105,7 @@ async fn topic_and_group_with(
     let topic = unique_topic(prefix);
     create_topic(&kafka(), &topic, partitions).await;
     let group = unique_topic(&format!("g-{prefix}"));
-    let mut ops = vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")];
-    ops.extend(configs.iter().map(|(k, v)| AlterConfigOp::set(*k, *v)));
-    let admin = Client::new(transport());
-    let r = admin
-        .incremental_alter_configs(
-            &[(
-                ConfigResource::new(ConfigResourceType::Group, group.clone()),
-                ops,
-            )],
-            false,
-        )
-        .await
-        .expect("IncrementalAlterConfigs");
-    assert!(r[0].1.is_ok(), "{r:?}");
+    group_configs(&transport(), &group, configs).await;
     (topic, group)
 }
 
@@ -442,4 +483,140 @@ async fn a_rejected_record_lands_in_the_dead_letter_topic() {
         .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
         .collect();
     assert_eq!(values, vec!["p0-1".to_string()], "{batch:?}");
+}
+
+/// On the three-node cluster, 12 partitions whose leaders are spread over the three nodes: one
+/// member's poll asks every leader at once (three requests in flight), never more than one
+/// request per broker, each node gets ShareFetch requests, and every record comes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_fetch_goes_to_every_leader_at_once_one_request_each() {
+    let cluster = KafkaCluster::acquire().await;
+    let t = cluster_transport(&cluster);
+    let topic = unique_topic("share-wide");
+    create_topic_replicated(&cluster.bootstrap(), &topic, 12, 3).await;
+    cluster.wait_in_sync(&topic, 12).await;
+    let md = t.metadata_for(&[topic.as_str()]).await.expect("metadata");
+    let leaders: BTreeSet<i32> = md
+        .topic(&topic)
+        .expect("topic")
+        .partitions
+        .iter()
+        .map(|p| p.leader_id)
+        .collect();
+    assert_eq!(
+        leaders.len(),
+        3,
+        "leaders spread over the nodes: {leaders:?}"
+    );
+    let group = unique_topic("g-share-wide");
+    group_configs(&t, &group, &[]).await;
+    let values = write_on(&t, &topic, 12, 50, "w").await;
+    let mut r = ShareReader::builder(t.clone(), group.as_str())
+        .topics([topic.as_str()])
+        .build()
+        .expect("share reader");
+    let got = poll_n(&mut r, values.len()).await;
+    let seen: BTreeSet<String> = got.iter().map(value).collect();
+    assert_eq!(seen, values);
+    assert_eq!(got.len(), values.len(), "no record twice");
+    let stats = r.stats();
+    assert_eq!(
+        stats.max_requests_in_flight, 3,
+        "every leader asked at once: {stats:?}"
+    );
+    assert!(
+        stats.share_fetch_requests + stats.share_acknowledge_requests <= stats.fetch_rounds * 3,
+        "at most one request per broker per round: {stats:?}"
+    );
+    r.close(Duration::from_secs(10)).await.expect("close");
+    for node in leaders {
+        assert!(
+            t.requests_sent(node, ApiKey::ShareFetch) > 0,
+            "node {node} got ShareFetch requests"
+        );
+    }
+}
+
+/// On the three-node cluster, the node that coordinates the group (and leads some of the
+/// partitions) is killed while a member reads, and started again: the member finds the new
+/// coordinator and leaders and reads on. Every record written before, during and after is
+/// delivered; a record delivered twice is one whose acknowledgement the member was told
+/// failed (the dead leader held its lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coordinators_node_killed_and_restarted_loses_nothing() {
+    let cluster = KafkaCluster::acquire().await;
+    let t = cluster_transport(&cluster);
+    let topic = unique_topic("share-kill3");
+    create_topic_replicated(&cluster.bootstrap(), &topic, 6, 3).await;
+    cluster.wait_in_sync(&topic, 6).await;
+    let group = unique_topic("g-share-kill3");
+    group_configs(&t, &group, &[]).await;
+    let failed: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
+    let f = failed.clone();
+    let mut r = ShareReader::builder(t.clone(), group.as_str())
+        .topics([topic.as_str()])
+        .acknowledgement_commit_callback(move |c| {
+            if c.result.is_err() {
+                let mut f = f.lock().unwrap();
+                f.extend(c.offsets.iter().map(|o| (c.partition, *o)));
+            }
+        })
+        .build()
+        .expect("share reader");
+    let mut values = write_on(&t, &topic, 6, 50, "before").await;
+    let mut seen: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+    let read = |got: Vec<ShareRecord>, seen: &mut BTreeMap<String, Vec<(i32, i64)>>| {
+        for x in got {
+            seen.entry(value(&x))
+                .or_default()
+                .push((x.partition, x.offset));
+        }
+    };
+    read(poll_n(&mut r, 100).await, &mut seen);
+    let coordinator = t
+        .coordinator(CoordinatorType::Group, &group)
+        .await
+        .expect("coordinator");
+    cluster.kill(coordinator).await;
+    values.extend(write_on(&t, &topic, 6, 50, "during").await);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !values.iter().all(|v| seen.contains_key(v)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} records with node {coordinator} down",
+            seen.len(),
+            values.len()
+        );
+        read(
+            r.poll(Duration::from_secs(1)).await.expect("poll"),
+            &mut seen,
+        );
+    }
+    cluster.restart(coordinator).await;
+    cluster.wait_in_sync(&topic, 6).await;
+    values.extend(write_on(&t, &topic, 6, 50, "after").await);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !values.iter().all(|v| seen.contains_key(v)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} records after node {coordinator} came back",
+            seen.len(),
+            values.len()
+        );
+        read(
+            r.poll(Duration::from_secs(1)).await.expect("poll"),
+            &mut seen,
+        );
+    }
+    r.commit(Duration::from_secs(10)).await.expect("commit");
+    r.close(Duration::from_secs(10)).await.expect("close");
+    let failed = failed.lock().unwrap().clone();
+    for (v, at) in &seen {
+        if at.len() > 1 {
+            assert!(
+                at[..at.len() - 1].iter().all(|x| failed.contains(x)),
+                "{v} delivered {at:?}, but only these acknowledgements failed: {failed:?}"
+            );
+        }
+    }
 }

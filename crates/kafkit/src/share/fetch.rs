@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -211,6 +212,10 @@ impl Fetcher {
             .count() as u64;
         if busy > 0 {
             Counters::add(&shared.stats.rounds, 1);
+            shared
+                .stats
+                .max_in_flight
+                .fetch_max(busy, Ordering::Relaxed);
         }
     }
 

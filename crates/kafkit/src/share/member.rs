@@ -54,6 +54,7 @@ pub(crate) struct Counters {
     pub(crate) acknowledgements_sent: AtomicU64,
     pub(crate) acknowledgements_failed: AtomicU64,
     pub(crate) rounds: AtomicU64,
+    pub(crate) max_in_flight: AtomicU64,
 }
 
 impl Counters {

@@ -147,6 +147,9 @@ pub struct ShareStats {
     pub share_acknowledge_requests: u64,
     /// Rounds of requests: each sends at most one request per broker.
     pub fetch_rounds: u64,
+    /// The most requests in flight at once, over all brokers (at most one per broker: with
+    /// partitions led by N brokers, N once every broker was asked at once).
+    pub max_requests_in_flight: u64,
     /// Records acquired and handed to the reader.
     pub records_delivered: u64,
     /// Acknowledgements the brokers took.
@@ -304,6 +307,7 @@ impl ShareReader {
             share_fetch_requests: c.share_fetches.load(Ordering::Relaxed),
             share_acknowledge_requests: c.share_acknowledges.load(Ordering::Relaxed),
             fetch_rounds: c.rounds.load(Ordering::Relaxed),
+            max_requests_in_flight: c.max_in_flight.load(Ordering::Relaxed),
             records_delivered: c.records_delivered.load(Ordering::Relaxed),
             acknowledgements_sent: c.acknowledgements_sent.load(Ordering::Relaxed),
             acknowledgements_failed: c.acknowledgements_failed.load(Ordering::Relaxed),

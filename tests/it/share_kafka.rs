@@ -12,9 +12,11 @@ use integration_tests::kafka_cluster::KafkaCluster;
 use integration_tests::{create_topic, create_topic_replicated, kafka, unique_topic};
 use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic};
 use kafkit::protocol::ApiKey;
+use kafkit::protocol::messages::ShareAcknowledgeRequest;
 use kafkit::{
-    AcknowledgeType, AcknowledgementMode, Client, CoordinatorType, Error, ProducerRecord, Reader,
-    ShareError, ShareReader, ShareRecord, StartOffset, Transport, Writer,
+    AcknowledgeType, AcknowledgementMode, Client, CoordinatorType, Error, ErrorCode,
+    ProducerRecord, Reader, ShareAcquireMode, ShareError, ShareReader, ShareRecord, StartOffset,
+    Transport, Writer,
 };
 
 /// The bound on every wait of these tests.
@@ -619,4 +621,132 @@ async fn the_coordinators_node_killed_and_restarted_loses_nothing() {
             );
         }
     }
+}
+
+/// `record_limit` (KIP-1206): a poll never hands out more than `max_poll_records`, though the
+/// records were written as one batch of 20, which `batch_optimized` hands out whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_limit_acquires_at_most_max_poll_records() {
+    let (topic, group) = topic_and_group("share-limit-mode", 1).await;
+    write(&topic, 1, 20).await;
+    let mut r = ShareReader::builder(transport(), group.as_str())
+        .topics([topic.as_str()])
+        .acquire_mode(ShareAcquireMode::RecordLimit)
+        .max_poll_records(3)
+        .build()
+        .expect("share reader");
+    let mut offsets = Vec::new();
+    let deadline = tokio::time::Instant::now() + T;
+    while offsets.len() < 20 {
+        assert!(tokio::time::Instant::now() < deadline, "{offsets:?}");
+        let got = r.poll(Duration::from_secs(1)).await.expect("poll");
+        assert!(got.len() <= 3, "at most 3 a poll: {got:?}");
+        offsets.extend(got.iter().map(|x| x.offset));
+    }
+    assert_eq!(offsets, (0..20).collect::<Vec<_>>());
+    r.close(Duration::from_secs(10)).await.expect("close");
+    let (topic, group) = topic_and_group("share-batch-mode", 1).await;
+    write(&topic, 1, 20).await;
+    let mut r = ShareReader::builder(transport(), group.as_str())
+        .topics([topic.as_str()])
+        .max_poll_records(3)
+        .build()
+        .expect("share reader");
+    let got = poll_n(&mut r, 1).await;
+    assert!(got.len() <= 3, "the poll hands out at most 3 even so");
+    assert!(
+        r.stats().records_delivered >= 20,
+        "the whole batch acquired: {:?}",
+        r.stats()
+    );
+    r.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// A member not polled for `max_poll_interval` leaves the group: another member gets its
+/// partitions and, once the locks run out (15 s), its records; its next poll says so once
+/// (`MaxPollIntervalExceeded`), and it joins again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_not_polled_leaves_and_its_records_go_to_another() {
+    let (topic, group) = topic_and_group_with(
+        "share-stall",
+        1,
+        &[("share.record.lock.duration.ms", "15000")],
+    )
+    .await;
+    write(&topic, 1, 3).await;
+    let mut a = ShareReader::builder(transport(), group.as_str())
+        .topics([topic.as_str()])
+        .acknowledgement_mode(AcknowledgementMode::Explicit)
+        .max_poll_interval(Duration::from_secs(2))
+        .build()
+        .expect("share reader");
+    let held = poll_n(&mut a, 3).await;
+    let mut b = reader(&group, &topic, AcknowledgementMode::Implicit);
+    let got = poll_n(&mut b, 3).await;
+    assert!(got.iter().all(|x| x.delivery_count() == 2), "{got:?}");
+    assert_eq!(a.stats().member_epoch, 0, "left: {:?}", a.stats());
+    for rec in &held {
+        a.acknowledge(rec, AcknowledgeType::Accept)
+            .expect("acknowledge");
+    }
+    match a.poll(Duration::from_millis(100)).await {
+        Err(Error::Share(ShareError::MaxPollIntervalExceeded { .. })) => {}
+        other => panic!("expected MaxPollIntervalExceeded, got {other:?}"),
+    }
+    let deadline = tokio::time::Instant::now() + T;
+    while a.stats().member_epoch <= 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "joined again: {:?}",
+            a.stats()
+        );
+        a.poll(Duration::from_millis(200)).await.expect("poll");
+    }
+    a.close(Duration::from_secs(10)).await.expect("close");
+    b.close(Duration::from_secs(10)).await.expect("close");
+}
+
+/// The member's share session closed behind its back (a ShareAcknowledge at epoch -1 with its
+/// member id, as a restarted broker or an evicted session would leave it): the broker releases
+/// the records it held, the member's acknowledgements of them come back INVALID_RECORD_STATE
+/// per partition, and it opens a new session and reads on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_is_opened_again_and_stale_acknowledgements_are_reported() {
+    let (topic, group) = topic_and_group("share-session", 1).await;
+    write(&topic, 1, 4).await;
+    let mut r = reader(&group, &topic, AcknowledgementMode::Explicit);
+    let held = poll_n(&mut r, 4).await;
+    let conn = integration_tests::dial(&kafka(), "share-session-closer").await;
+    let close = ShareAcknowledgeRequest::default()
+        .with_group_id(Some(group.clone()))
+        .with_member_id(Some(r.member_id().to_string()))
+        .with_share_session_epoch(-1);
+    let closed = conn.request(&close).await.expect("ShareAcknowledge");
+    assert!(closed.error_code.is_ok(), "{closed:?}");
+    for rec in &held {
+        r.acknowledge(rec, AcknowledgeType::Accept)
+            .expect("acknowledge");
+    }
+    let outcomes = r.commit(Duration::from_secs(10)).await.expect("commit");
+    let codes: Vec<_> = outcomes
+        .iter()
+        .map(|o| o.result.as_ref().err().and_then(Error::error_code))
+        .collect();
+    assert!(!outcomes.is_empty(), "the acknowledgements were answered");
+    assert!(
+        codes
+            .iter()
+            .all(|c| *c == Some(ErrorCode::INVALID_RECORD_STATE)),
+        "{outcomes:?}"
+    );
+    // Released by the closed session, they come again (delivery count 2) on the new one.
+    let again = poll_n(&mut r, 4).await;
+    assert!(again.iter().all(|x| x.delivery_count() == 2), "{again:?}");
+    for rec in &again {
+        r.acknowledge(rec, AcknowledgeType::Accept)
+            .expect("acknowledge");
+    }
+    let outcomes = r.commit(Duration::from_secs(10)).await.expect("commit");
+    assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
+    r.close(Duration::from_secs(10)).await.expect("close");
 }

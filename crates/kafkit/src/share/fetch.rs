@@ -89,6 +89,8 @@ pub(crate) struct Fetcher {
     pub(crate) ready: VecDeque<ShareRecord>,
     /// Acknowledgement outcomes not yet taken by a commit.
     pub(crate) settled: Vec<AcknowledgementCommit>,
+    /// A partition error the application must hear of, for the next poll.
+    pub(crate) error: Option<Error>,
     /// Where the request tasks put their answers.
     tx: mpsc::UnboundedSender<Answer>,
     rx: mpsc::UnboundedReceiver<Answer>,
@@ -106,6 +108,7 @@ impl Fetcher {
             stale: true,
             ready: VecDeque::new(),
             settled: Vec::new(),
+            error: None,
             tx,
             rx,
         }
@@ -519,6 +522,15 @@ impl Fetcher {
         endpoints: &[(i32, &str, i32)],
     ) {
         tracing::debug!(topic, partition = tip.1, %code, "share fetch partition error");
+        if !refreshes_metadata(code) && self.error.is_none() {
+            // Not a move the reader follows on its own (an authorization failure, an invalid
+            // request...): the next poll says so.
+            self.error = Some(Error::broker(
+                "ShareFetch",
+                code,
+                Some(format!("{topic}/{}", tip.1)),
+            ));
+        }
         if matches!(
             code,
             ErrorCode::NOT_LEADER_OR_FOLLOWER | ErrorCode::FENCED_LEADER_EPOCH
@@ -648,6 +660,21 @@ impl Fetcher {
             b.in_flight = Some(spawn_ack(self.tx.clone(), conn, node, req, taken));
         }
         self.drain(shared, deadline).await;
+        // What could not be sent (no session, no leader, no time left) is reported, not lost.
+        let left: Vec<Tip> = shared
+            .acks()
+            .iter()
+            .filter(|(_, a)| a.has_pending())
+            .map(|(t, _)| *t)
+            .collect();
+        let left = take_acks(shared, &left);
+        self.settle_all(shared, left, |_| {
+            Err(Error::broker(
+                "ShareAcknowledge",
+                ErrorCode::NETWORK_EXCEPTION,
+                Some("not sent: the reader closed first".into()),
+            ))
+        });
         for (node, b) in &mut self.brokers {
             if let Some(h) = b.in_flight.take() {
                 h.abort();
@@ -763,6 +790,20 @@ fn settle_unseen(
         scanned += last - a.first_offset + 1;
     }
     released
+}
+
+/// Whether a ShareFetch partition error is one the reader follows by itself (a leader moved,
+/// metadata is stale, the broker is busy): the others reach the application.
+fn refreshes_metadata(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::NOT_LEADER_OR_FOLLOWER
+            | ErrorCode::FENCED_LEADER_EPOCH
+            | ErrorCode::UNKNOWN_LEADER_EPOCH
+            | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+            | ErrorCode::UNKNOWN_TOPIC_ID
+            | ErrorCode::LEADER_NOT_AVAILABLE
+    ) || code.is_retriable()
 }
 
 /// The broker's connection, dialled when there is none (a new connection starts a new
@@ -1017,6 +1058,28 @@ mod tests {
             .with_first_offset(first)
             .with_last_offset(last)
             .with_delivery_count(1)
+    }
+
+    /// Leader moves and stale metadata are followed silently; authorization failures and
+    /// other final codes reach the application.
+    #[test]
+    fn which_partition_errors_reach_the_application() {
+        for c in [
+            ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            ErrorCode::FENCED_LEADER_EPOCH,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode::UNKNOWN_TOPIC_ID,
+            ErrorCode::KAFKA_STORAGE_ERROR,
+        ] {
+            assert!(refreshes_metadata(c), "{c}");
+        }
+        for c in [
+            ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+            ErrorCode::GROUP_AUTHORIZATION_FAILED,
+            ErrorCode::INVALID_REQUEST,
+        ] {
+            assert!(!refreshes_metadata(c), "{c}");
+        }
     }
 
     /// Offsets without a record are gaps up to where the batches were walked whole, released

@@ -323,7 +323,9 @@ impl ShareReader {
     /// [`ShareError::UnacknowledgedRecords`] in explicit mode while records of the last poll
     /// are unacknowledged (nothing fetched); [`ShareError::MaxPollIntervalExceeded`] once after
     /// the member left for not polling; [`ShareError::Fatal`] when the member stopped;
-    /// [`ShareError::Closed`] after `close`.
+    /// [`ShareError::Closed`] after `close`; [`Error::Broker`] (operation `ShareFetch`) once for
+    /// a partition error the reader cannot follow by itself (`TOPIC_AUTHORIZATION_FAILED`,
+    /// `INVALID_REQUEST`...; leader moves and unknown partitions are followed silently).
     ///
     /// # Cancel safety
     ///
@@ -338,6 +340,9 @@ impl ShareReader {
                 return Ok(self.hand_out());
             }
             self.check()?;
+            if let Some(e) = self.fetcher.error.take() {
+                return Err(e);
+            }
             if let Err(e) = self.fetcher.route(&self.shared).await {
                 tracing::debug!(error = %e, "share reader: no metadata yet");
             }
@@ -521,6 +526,9 @@ impl ShareReader {
         let deadline = Instant::now() + timeout;
         self.fetcher.drain(&self.shared, deadline).await;
         self.release_all();
+        // Everything pending first (a session is opened where none is), then each session
+        // closed: what is left goes with the closing request, or is reported as not sent.
+        self.settle(deadline).await;
         self.fetcher.close_sessions(&self.shared, deadline).await;
         self.shared.state().closing = true;
         self.shared.wake.notify_one();

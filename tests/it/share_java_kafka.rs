@@ -5,8 +5,10 @@
 //! assignor gives each member some of them); every record written is delivered once, with
 //! delivery count 1, to one of the four and accepted (the group's lag ends at 0 everywhere), and
 //! both kinds get records. Then one of ours and one Java consumer close, and the other two
-//! read everything written after. The group's `share.auto.offset.reset` is set to `earliest`
-//! first, as in `share_kafka`.
+//! read everything written after. And what a closing member holds (Java's last poll in
+//! implicit mode, ours unacknowledged in explicit mode) goes to a member of the other kind,
+//! delivered a second time. The group's `share.auto.offset.reset` is set to `earliest` first,
+//! as in `share_kafka`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -390,4 +392,121 @@ async fn ours_and_java_share_one_share_group() {
         m.close().await;
     }
     ja.close(T).await;
+}
+
+/// What a member holds when it closes goes to a member of the other kind, delivered a second
+/// time: a Java consumer in implicit mode closing after its first poll (`--max-records 1`:
+/// Java 4.4's `close` sends only what was acknowledged, so the last poll's records are
+/// released, not accepted) hands them to one of ours; one of ours in explicit mode closing with
+/// nothing acknowledged hands them to a Java consumer. Both well within the 30 s lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_closing_member_holds_goes_to_the_other_kind() {
+    use AcknowledgementMode::{Explicit, Implicit};
+    let (topic, group) = topic_and_group("share-java-close", 1).await;
+    let bootstrap = kafka();
+    let first: BTreeSet<String> = (0..10).map(|i| format!("first-{i}")).collect();
+    let w = Writer::builder(transport()).build().expect("writer");
+    w.write(
+        first
+            .iter()
+            .map(|v| ProducerRecord::new(&topic, v.clone()))
+            .collect(),
+    )
+    .await
+    .expect("written");
+
+    // Java reads once and closes on its own.
+    let java = JavaPeer::start(
+        "java-close",
+        "share-consume",
+        &[
+            ("bootstrap", bootstrap.as_str()),
+            ("group", &group),
+            ("topic", &topic),
+            ("max-records", "1"),
+        ],
+    );
+    java.finish(T).await;
+    let held = java.records();
+    assert!(!held.is_empty(), "java read something: {:?}", java.events());
+    assert!(held.iter().all(|r| r.delivery_count == Some(1)), "{held:?}");
+    let started = Instant::now();
+    let mut ours = Ours::new("ours-after-java", &group, &topic, Implicit);
+    let mut got = Vec::new();
+    while got.len() < first.len() {
+        assert!(
+            started.elapsed() < T,
+            "{} of {}: {got:?}",
+            got.len(),
+            first.len()
+        );
+        ours.poll(&mut got).await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "released, not timed out: {:?}",
+        started.elapsed()
+    );
+    let java_held: BTreeSet<String> = held.into_iter().filter_map(|r| r.value).collect();
+    for (_, v, count) in &got {
+        let want = if java_held.contains(v) { 2 } else { 1 };
+        assert_eq!(*count, want, "{v}: {got:?}");
+    }
+    ours.close().await;
+
+    // One of ours reads in explicit mode, acknowledges nothing and closes.
+    let second: BTreeSet<String> = (0..10).map(|i| format!("second-{i}")).collect();
+    w.write(
+        second
+            .iter()
+            .map(|v| ProducerRecord::new(&topic, v.clone()))
+            .collect(),
+    )
+    .await
+    .expect("written");
+    w.close(Duration::from_secs(10)).await.expect("close");
+    let mut ours = Ours::new("ours-holding", &group, &topic, Explicit);
+    let started = Instant::now();
+    let mut records = Vec::new();
+    while records.len() < second.len() {
+        assert!(started.elapsed() < T, "{} of 10", records.len());
+        records.extend(
+            ours.reader
+                .poll(Duration::from_millis(200))
+                .await
+                .expect("poll"),
+        );
+    }
+    assert!(records.iter().all(|r| r.delivery_count() == 1));
+    let started = Instant::now();
+    ours.reader
+        .close(Duration::from_secs(10))
+        .await
+        .expect("close");
+    let mut java = JavaPeer::start(
+        "java-after-ours",
+        "share-consume",
+        &[
+            ("bootstrap", bootstrap.as_str()),
+            ("group", &group),
+            ("topic", &topic),
+            ("ack-mode", "explicit"),
+        ],
+    );
+    java.wait_until("read the 10 records ours held", T, |j| j.count() >= 10)
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "released, not timed out: {:?}",
+        started.elapsed()
+    );
+    let again = java.records();
+    let values: BTreeSet<String> = again.iter().filter_map(|r| r.value.clone()).collect();
+    assert_eq!(values, second, "{again:?}");
+    assert!(
+        again.iter().all(|r| r.delivery_count == Some(2)),
+        "{again:?}"
+    );
+    no_failures(&[&java]);
+    java.close(T).await;
 }

@@ -2717,6 +2717,9 @@ pub struct JavaRecord {
     pub offset: i64,
     /// The value as a string (`None`: a null value).
     pub value: Option<String>,
+    /// How many times a share group delivered it, this time included (`share-consume`'s
+    /// `delivery_count`; `None` for the other commands' records).
+    pub delivery_count: Option<u16>,
 }
 
 /// What a Java peer reported so far.
@@ -2864,6 +2867,9 @@ impl JavaPeer {
                         .unwrap_or(-1),
                     offset: e["offset"].as_i64().unwrap_or(-1),
                     value: e["value"].as_str().map(str::to_owned),
+                    delivery_count: e["delivery_count"]
+                        .as_u64()
+                        .and_then(|n| u16::try_from(n).ok()),
                 })
                 .collect()
         })
@@ -2925,8 +2931,9 @@ impl JavaPeer {
         }
     }
 
-    /// Asks a `consume-group` member to close (it commits and leaves the group) and waits (up to
-    /// `within`) until it has.
+    /// Asks a `consume-group` member to close (it commits and leaves the group), or a
+    /// `share-consume` member (it leaves the share group), and waits (up to `within`) until it
+    /// has.
     ///
     /// # Panics
     /// When it does not close cleanly in time.

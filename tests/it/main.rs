@@ -81,6 +81,7 @@ mod sasl_shared;
 mod sasl_tansu;
 mod secure_kafka;
 mod secure_tansu;
+mod share_java_kafka;
 mod share_kafka;
 mod soak;
 mod tls_shared;

@@ -9,21 +9,25 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.TreeSet;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.stream.Collectors;
 
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -42,6 +46,15 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *       after each poll (and when partitions are revoked); prints {@code assigned}, {@code
  *       revoked}, {@code lost} (with the whole assignment after the change), each {@code record},
  *       {@code commit-failed}, and {@code closed} after {@code close}.
+ *   <li>{@code share-consume --bootstrap B --group G --topic T[,T2...] [--ack-mode
+ *       implicit|explicit] [--max-records N] [--idle-ms N]}: a share group member (KIP-932,
+ *       {@code KafkaShareConsumer}, {@code share.acknowledgement.mode} from {@code --ack-mode},
+ *       default implicit: each poll accepts the records of the one before). In explicit mode it
+ *       ACCEPTs each record and calls {@code commitSync} after each poll. Prints each {@code
+ *       record} (with its {@code delivery_count}), {@code commit-failed} per partition whose
+ *       acknowledgements failed, and {@code closed} (with the {@code count} of records) after
+ *       {@code close}, which comes with {@code close} on stdin, stdin's end, a poll that
+ *       brought the total to {@code --max-records}, or {@code --idle-ms} without a record.
  *   <li>{@code produce --bootstrap B --topic T --count N [--prefix P] [--partition N]
  *       [--compression none|gzip|snappy|lz4|zstd]}: writes values {@code P-0 .. P-(N-1)} in one
  *       linger window; prints {@code produced} per record, then {@code done}.
@@ -68,6 +81,7 @@ public final class Main {
             Map<String, String> args = options(argv);
             switch (argv[0]) {
                 case "consume-group" -> consumeGroup(args);
+                case "share-consume" -> shareConsume(args);
                 case "produce" -> produce(args);
                 case "produce-txn" -> produceTxn(args);
                 case "consume" -> consume(args, args.getOrDefault("isolation", "read_uncommitted"));
@@ -158,6 +172,64 @@ public final class Main {
             commit(consumer);
         }
         emit("closed");
+    }
+
+    static void shareConsume(Map<String, String> args) {
+        Properties p = common(args);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, need(args, "group"));
+        String mode = args.getOrDefault("ack-mode", "implicit");
+        if (!mode.equals("implicit") && !mode.equals("explicit")) {
+            throw new IllegalArgumentException("unknown ack mode " + mode);
+        }
+        p.put(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG, mode);
+        boolean explicit = mode.equals("explicit");
+        long maxRecords = Long.parseLong(args.getOrDefault("max-records", "-1"));
+        long idleMs = Long.parseLong(args.getOrDefault("idle-ms", "-1"));
+        long count = 0;
+        try (KafkaShareConsumer<String, String> consumer = shareConsumer(p)) {
+            AtomicBoolean stop = new AtomicBoolean();
+            Thread commands = new Thread(() -> {
+                try (BufferedReader in = new BufferedReader(
+                        new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                    String line;
+                    while ((line = in.readLine()) != null && !line.trim().equals("close")) {
+                        emit("error", "message", "unknown command on stdin: " + line);
+                    }
+                } catch (Exception e) {
+                    // stdin gone: close as well.
+                }
+                stop.set(true);
+                consumer.wakeup();
+            }, "stdin");
+            commands.setDaemon(true);
+            consumer.subscribe(List.of(need(args, "topic").split(",")));
+            commands.start();
+            long lastRecord = System.currentTimeMillis();
+            try {
+                while (!stop.get() && (maxRecords < 0 || count < maxRecords)
+                        && (idleMs < 0 || System.currentTimeMillis() - lastRecord < idleMs)) {
+                    ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(100));
+                    for (ConsumerRecord<String, String> r : records) {
+                        emitRecord(r);
+                        if (explicit) {
+                            consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                        }
+                    }
+                    count += records.count();
+                    if (!records.isEmpty()) {
+                        lastRecord = System.currentTimeMillis();
+                        if (explicit) {
+                            commit(consumer);
+                        }
+                    }
+                }
+            } catch (WakeupException e) {
+                // `close` arrived; in explicit mode every record polled was acknowledged and
+                // committed (a wakeup in commitSync commits again), in implicit mode close
+                // accepts the last poll's records.
+            }
+        }
+        emit("closed", "count", count);
     }
 
     static void produce(Map<String, String> args) throws Exception {
@@ -265,6 +337,10 @@ public final class Main {
         return new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer());
     }
 
+    static KafkaShareConsumer<String, String> shareConsumer(Properties p) {
+        return new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer());
+    }
+
     static KafkaProducer<String, String> producer(Properties p) {
         return new KafkaProducer<>(p, new StringSerializer(), new StringSerializer());
     }
@@ -278,6 +354,22 @@ public final class Main {
         } catch (KafkaException e) {
             emit("commit-failed", "message", e.toString());
         }
+    }
+
+    static void commit(KafkaShareConsumer<String, String> consumer) {
+        Map<TopicIdPartition, Optional<KafkaException>> outcomes;
+        try {
+            outcomes = consumer.commitSync(Duration.ofSeconds(10));
+        } catch (WakeupException e) {
+            // `close` arrived while committing: once more, the wakeup is spent.
+            commit(consumer);
+            return;
+        } catch (KafkaException e) {
+            emit("commit-failed", "message", e.toString());
+            return;
+        }
+        outcomes.forEach((tp, failure) -> failure.ifPresent(e -> emit("commit-failed",
+                "topic", tp.topic(), "partition", tp.partition(), "message", e.toString())));
     }
 
     // ----- arguments and output ------------------------------------------------------------
@@ -319,8 +411,15 @@ public final class Main {
     }
 
     static void emitRecord(ConsumerRecord<String, String> r) {
-        emit("record", "topic", r.topic(), "partition", r.partition(), "offset", r.offset(),
-                "value", r.value());
+        Optional<Short> delivered = r.deliveryCount();
+        if (delivered.isPresent()) {
+            // A share group's record (KIP-932): how many times it was delivered, this one too.
+            emit("record", "topic", r.topic(), "partition", r.partition(), "offset", r.offset(),
+                    "value", r.value(), "delivery_count", delivered.get());
+        } else {
+            emit("record", "topic", r.topic(), "partition", r.partition(), "offset", r.offset(),
+                    "value", r.value());
+        }
     }
 
     static void emitProduced(RecordMetadata m, String value) {

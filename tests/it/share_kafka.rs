@@ -291,7 +291,10 @@ async fn three_members_share_twelve_partitions() {
             .iter()
             .map(|m| m.stats().assigned_partitions)
             .collect();
-        if sizes.iter().all(|s| *s > 0) {
+        let named: BTreeSet<(Arc<str>, i32)> =
+            members.iter().flat_map(ShareReader::assignment).collect();
+        if sizes.iter().all(|s| *s > 0) && named.len() == 12 {
+            assert!(named.iter().all(|(t, _)| **t == *topic), "{named:?}");
             break;
         }
         assert!(

@@ -114,9 +114,9 @@ impl Fetcher {
         }
     }
 
-    /// The assignment as (topic, partition), when the topics are known.
-    pub(crate) fn assignment(&self) -> Vec<(Arc<str>, i32)> {
-        self.assignment
+    /// `assignment` as (topic, partition), for the topics whose names are known.
+    pub(crate) fn named(&self, assignment: &[Tip]) -> Vec<(Arc<str>, i32)> {
+        assignment
             .iter()
             .filter_map(|(id, p)| self.names.get(id).map(|n| (n.clone(), *p)))
             .collect()

@@ -260,9 +260,14 @@ impl ShareReader {
         self.shared.state().lock_timeout
     }
 
-    /// The partitions the last poll fetched from, as (topic, partition).
+    /// The partitions the coordinator assigned to this member now, as (topic, partition),
+    /// sorted (Java `assignment`). A partition of a topic whose name the reader has not looked
+    /// up yet (before the poll after the assignment) is left out.
     pub fn assignment(&self) -> Vec<(Arc<str>, i32)> {
-        self.fetcher.assignment()
+        let tips = self.shared.state().assignment.clone();
+        let mut named = self.fetcher.named(&tips);
+        named.sort();
+        named
     }
 
     /// A handle acknowledging records while the reader is borrowed (by its `stream`).
@@ -508,7 +513,8 @@ impl ShareReader {
     }
 
     /// Leaves the group: releases every record handed out and not acknowledged (and those
-    /// fetched and not handed out), sends what is pending with a ShareAcknowledge closing each
+    /// fetched and not handed out; in implicit mode the last poll's records too, as Java's
+    /// `close` does: call [`ShareReader::commit`] first to accept them), sends what is pending with a ShareAcknowledge closing each
     /// share session (epoch -1: the broker releases what the member still holds), then leaves
     /// with a ShareGroupHeartbeat at epoch -1; all within `timeout` (Java `close(Duration)`).
     ///

@@ -753,3 +753,42 @@ async fn a_lost_session_is_opened_again_and_stale_acknowledgements_are_reported(
     assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
     r.close(Duration::from_secs(10)).await.expect("close");
 }
+
+/// `subscribe` on a running member: the next heartbeat carries the new topics, the coordinator
+/// assigns their partitions, and their records come; the old topic's records written after it
+/// left the subscription do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_moves_a_running_member_to_other_topics() {
+    let (first, group) = topic_and_group("share-sub-a", 1).await;
+    let second = unique_topic("share-sub-b");
+    create_topic(&kafka(), &second, 2).await;
+    write(&first, 1, 3).await;
+    let mut r = reader(&group, &first, AcknowledgementMode::Implicit);
+    let got = poll_n(&mut r, 3).await;
+    assert!(got.iter().all(|x| *x.topic == *first));
+    r.subscribe([second.as_str()]).expect("subscribe");
+    let deadline = tokio::time::Instant::now() + T;
+    while r.assignment().iter().any(|(t, _)| **t == *first) || r.assignment().len() != 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            r.assignment()
+        );
+        assert!(
+            r.poll(Duration::from_millis(200))
+                .await
+                .expect("poll")
+                .is_empty()
+        );
+    }
+    write(&first, 1, 3).await;
+    let values = write(&second, 2, 5).await;
+    let got = poll_n(&mut r, 10).await;
+    assert!(got.iter().all(|x| *x.topic == *second), "{got:?}");
+    assert_eq!(got.iter().map(value).collect::<BTreeSet<_>>(), values);
+    assert!(
+        r.subscribe(Vec::<String>::new()).is_err(),
+        "an empty subscription is refused"
+    );
+    r.close(Duration::from_secs(10)).await.expect("close");
+}

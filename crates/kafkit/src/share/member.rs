@@ -211,7 +211,7 @@ async fn heartbeat(shared: &Arc<Shared>, coord: &mut Coordinator, interval: &mut
         return Next::Wait(backoff);
     };
     let req = request(shared);
-    let sent_topics = req.subscribed_topic_names.is_some();
+    let sent_topics = req.subscribed_topic_names.clone();
     Counters::add(&shared.stats.heartbeats, 1);
     let resp = match coord.send(node, conn, req, Duration::ZERO).await {
         Ok((_, r)) => r,
@@ -272,7 +272,7 @@ fn answered(
     shared: &Shared,
     coord: &mut Coordinator,
     resp: ShareGroupHeartbeatResponse,
-    sent_topics: bool,
+    sent_topics: Option<Vec<String>>,
     interval: &mut Duration,
 ) -> Next {
     let backoff = shared.config.retry_backoff;
@@ -283,7 +283,8 @@ fn answered(
             }
             let mut st = shared.state();
             st.epoch = resp.member_epoch;
-            if sent_topics {
+            // A subscription changed while the heartbeat was out goes with the next one.
+            if sent_topics.is_some_and(|t| t == st.topics) {
                 st.subscription_sent = true;
             }
             if let Some(a) = resp.assignment {
@@ -310,7 +311,8 @@ fn answered(
             coord.lost();
             Next::Wait(backoff)
         }
-        Verdict::Retry => Next::Wait(backoff),
+        // REBALANCE_IN_PROGRESS is no share group answer; if it comes, try again.
+        Verdict::Retry | Verdict::Rejoin => Next::Wait(backoff),
         Verdict::Reset | Verdict::ResetMemberId => {
             tracing::info!(group = shared.group(), code = %resp.error_code, "share member fenced: joining again");
             let mut st = shared.state();
@@ -322,7 +324,7 @@ fn answered(
             }
             Next::Wait(Duration::ZERO)
         }
-        Verdict::Rejoin | Verdict::Fenced | Verdict::Fatal => {
+        Verdict::Fenced | Verdict::Fatal => {
             shared.fatal("ShareGroupHeartbeat", resp.error_code, resp.error_message);
             Next::Stop
         }

@@ -1,5 +1,5 @@
-//! An async Apache Kafka client: a producer, a consumer, a consumer group member and an admin
-//! client on one cluster connection manager, with Go's kafka-go connections underneath.
+//! An async Apache Kafka client: a producer, a consumer, a consumer group member, a share group
+//! member and an admin client on one cluster connection manager, with Go's kafka-go connections underneath.
 //!
 //! What an application uses:
 //! - [`Writer`], the producer: records are batched per partition, and each broker's sender puts
@@ -17,6 +17,9 @@
 //!   [`GroupReader::pause`] / [`GroupReader::resume`], [`GroupReader::commit_record`],
 //!   librdkafka's at-least-once [`GroupReader::store_offset`], [`GroupReader::subscribe`] /
 //!   [`GroupReader::unsubscribe`] on a running member.
+//! - [`ShareReader`], a share group member (KIP-932, "queues for Kafka"): records shared among
+//!   the members one at a time, each acknowledged ([`AcknowledgeType`]: accept, release, reject,
+//!   renew), one ShareFetch per broker per round, the calls of Java's `KafkaShareConsumer`.
 //! - [`Client`], the admin client ([`admin`]): topics, configs, ACLs, groups and their offsets,
 //!   quotas, SCRAM users, reassignments, delegation tokens, transactions.
 //! - [`transact`]: consume-transform-produce, exactly once, on a `GroupReader` and a

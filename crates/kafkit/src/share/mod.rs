@@ -1,46 +1,5 @@
-//! Share groups (KIP-932, "queues for Kafka"): [`ShareReader`], a member of a share group.
-//!
-//! The members of a share group share the partitions of their topics, and each record goes to
-//! one member at a time: a ShareFetch *acquires* records for a lock period (the broker's
-//! `share.record.lock.duration.ms`, [`ShareReader::acquisition_lock_timeout`]), and the member
-//! then *acknowledges* each one: [`AcknowledgeType::Accept`] (done), `Release` (delivered again
-//! at once, to any member), `Reject` (never again; to the group's dead-letter topic where one
-//! is set, KIP-1191) or `Renew` (the lock renewed, KIP-1222). A record whose lock runs out is
-//! delivered again, its [`ShareRecord::delivery_count`] one higher; past the group's delivery
-//! count limit it is archived.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use kafkit::{AcknowledgeType, AcknowledgementMode, ShareReader, Transport};
-//!
-//! # async fn run() -> kafkit::Result<()> {
-//! let transport = Transport::builder(["localhost:9092"]).build()?;
-//! let mut reader = ShareReader::builder(transport, "work")
-//!     .topics(["jobs"])
-//!     .acknowledgement_mode(AcknowledgementMode::Explicit)
-//!     .build()?;
-//! for _ in 0..10 {
-//!     for record in reader.poll(Duration::from_secs(1)).await? {
-//!         let done = record.value.as_deref().is_some_and(|v| !v.is_empty());
-//!         let how = if done { AcknowledgeType::Accept } else { AcknowledgeType::Reject };
-//!         reader.acknowledge(&record, how)?;
-//!     }
-//!     for outcome in reader.commit(Duration::from_secs(5)).await? {
-//!         if let Err(e) = &outcome.result {
-//!             eprintln!("{}/{}: {e}", outcome.topic, outcome.partition);
-//!         }
-//!     }
-//! }
-//! reader.close(Duration::from_secs(5)).await
-//! # }
-//! ```
-//!
-//! How it works: a member task heartbeats with the group coordinator (ShareGroupHeartbeat,
-//! `member.rs`; the coordinator assigns the partitions), and each poll sends one ShareFetch
-//! to every broker that leads an assigned partition at once, at most one request per broker
-//! at a time, each on a share session of its own (`fetch.rs`, `session.rs`). The
-//! acknowledgements ride on the next ShareFetch to the partition's leader, or go in a
-//! ShareAcknowledge (`acks.rs`).
+//! Share groups (KIP-932): [`ShareReader`], a share group member. The public overview and the
+//! example are on `ShareReader`; how it works is in docs/DESIGN.md ("ShareReader").
 
 mod acks;
 mod config;
@@ -158,8 +117,50 @@ pub struct ShareStats {
     pub acknowledgements_failed: u64,
 }
 
-/// A member of a share group (KIP-932): see the [module docs](self). Built with
-/// [`ShareReader::builder`]; Java's `KafkaShareConsumer`.
+/// A member of a share group (KIP-932, "queues for Kafka"); Java's `KafkaShareConsumer`. Built
+/// with [`ShareReader::builder`].
+///
+/// The members of a share group share the partitions of their topics, and each record goes to
+/// one member at a time: a ShareFetch *acquires* records for a lock period (the broker's
+/// `share.record.lock.duration.ms`, [`ShareReader::acquisition_lock_timeout`]), and the member
+/// then *acknowledges* each one: [`AcknowledgeType::Accept`] (done), `Release` (delivered again
+/// at once, to any member), `Reject` (never again; to the group's dead-letter topic where one
+/// is set, KIP-1191) or `Renew` (the lock renewed, KIP-1222). A record whose lock runs out is
+/// delivered again, its [`ShareRecord::delivery_count`] one higher; past the group's delivery
+/// count limit it is archived.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use kafkit::{AcknowledgeType, AcknowledgementMode, ShareReader, Transport};
+///
+/// # async fn run() -> kafkit::Result<()> {
+/// let transport = Transport::builder(["localhost:9092"]).build()?;
+/// let mut reader = ShareReader::builder(transport, "work")
+///     .topics(["jobs"])
+///     .acknowledgement_mode(AcknowledgementMode::Explicit)
+///     .build()?;
+/// for _ in 0..10 {
+///     for record in reader.poll(Duration::from_secs(1)).await? {
+///         let done = record.value.as_deref().is_some_and(|v| !v.is_empty());
+///         let how = if done { AcknowledgeType::Accept } else { AcknowledgeType::Reject };
+///         reader.acknowledge(&record, how)?;
+///     }
+///     for outcome in reader.commit(Duration::from_secs(5)).await? {
+///         if let Err(e) = &outcome.result {
+///             eprintln!("{}/{}: {e}", outcome.topic, outcome.partition);
+///         }
+///     }
+/// }
+/// reader.close(Duration::from_secs(5)).await
+/// # }
+/// ```
+///
+/// How it works: a task of its own heartbeats with the group coordinator
+/// (ShareGroupHeartbeat; the coordinator assigns the partitions), and each poll sends one
+/// ShareFetch to every broker that leads an assigned partition at once, at most one request
+/// per broker at a time, each on a share session of its own (librdkafka's preview asks one
+/// broker per poll). The acknowledgements ride on the next ShareFetch to the partition's
+/// leader, or go in a ShareAcknowledge ([`ShareReader::commit`], [`ShareReader::close`]).
 pub struct ShareReader {
     shared: Arc<Shared>,
     member: Option<JoinHandle<()>>,

@@ -2,8 +2,6 @@
 //! the application holds unacknowledged, which acknowledgements wait to be sent, and the
 //! `AcknowledgementBatches` they are sent as. No I/O.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 /// How the application settles a record it was handed (KIP-932; KIP-1222 adds `Renew`).
 /// Java's `AcknowledgeType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,19 +59,172 @@ pub(crate) struct AckRange {
     pub(crate) types: Vec<i8>,
 }
 
-/// Acknowledgements taken out of a partition to be sent: the batches, and the offsets with
-/// their types (to put back if the request is refused before the broker read it, and to
-/// report which offsets an answer settles).
+/// A run of consecutive offsets sharing a type (`ty`; unused in sets of offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub(crate) first: i64,
+    pub(crate) last: i64,
+    pub(crate) ty: i8,
+}
+
+/// Offsets as sorted, disjoint runs, each with a type; adjacent runs of one type are merged.
+/// Records come in offset order, so a partition's offsets are a few runs whatever their
+/// number: adding the next offset extends the last run, with no allocation per record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Runs(Vec<Run>);
+
+impl Runs {
+    /// The index of the first run that ends at or after `o`.
+    fn at(&self, o: i64) -> usize {
+        self.0.partition_point(|r| r.last < o)
+    }
+
+    /// Whether `o` is in a run.
+    pub(crate) fn contains(&self, o: i64) -> bool {
+        self.0.get(self.at(o)).is_some_and(|r| r.first <= o)
+    }
+
+    /// The type of `o`, if it is in a run.
+    pub(crate) fn get(&self, o: i64) -> Option<i8> {
+        self.0
+            .get(self.at(o))
+            .filter(|r| r.first <= o)
+            .map(|r| r.ty)
+    }
+
+    /// Sets `first..=last` to `ty`, over whatever was there.
+    pub(crate) fn set(&mut self, first: i64, last: i64, ty: i8) {
+        self.remove_range(first, last);
+        let i = self.at(first);
+        self.0.insert(i, Run { first, last, ty });
+        self.merge_around(i);
+    }
+
+    /// Sets the offsets of `first..=last` not in a run to `ty`; those in one keep theirs.
+    pub(crate) fn fill(&mut self, first: i64, last: i64, ty: i8) {
+        let mut from = first;
+        let mut i = self.at(first);
+        while from <= last {
+            match self.0.get(i) {
+                Some(r) if r.first <= from => {
+                    from = r.last.saturating_add(1);
+                    i += 1;
+                }
+                next => {
+                    let to = next.map_or(last, |r| last.min(r.first - 1));
+                    self.set(from, to, ty);
+                    from = to.saturating_add(1);
+                    i = self.at(from);
+                }
+            }
+            if from == i64::MAX {
+                break;
+            }
+        }
+    }
+
+    /// Removes `o`; whether it was there.
+    pub(crate) fn remove(&mut self, o: i64) -> bool {
+        let had = self.contains(o);
+        if had {
+            self.remove_range(o, o);
+        }
+        had
+    }
+
+    /// Removes `first..=last` (splitting the runs at its ends).
+    fn remove_range(&mut self, first: i64, last: i64) {
+        let i = self.at(first);
+        let mut j = i;
+        let mut keep: [Option<Run>; 2] = [None, None];
+        while let Some(r) = self.0.get(j).filter(|r| r.first <= last) {
+            if r.first < first {
+                keep[0] = Some(Run {
+                    last: first - 1,
+                    ..*r
+                });
+            }
+            if r.last > last {
+                keep[1] = Some(Run {
+                    first: last + 1,
+                    ..*r
+                });
+            }
+            j += 1;
+        }
+        self.0.splice(i..j, keep.into_iter().flatten());
+    }
+
+    /// Merges run `i` with its neighbours when they touch it and share its type.
+    fn merge_around(&mut self, i: usize) {
+        if i + 1 < self.0.len() {
+            let (a, b) = (self.0[i], self.0[i + 1]);
+            if a.last.checked_add(1) == Some(b.first) && a.ty == b.ty {
+                self.0[i].last = b.last;
+                self.0.remove(i + 1);
+            }
+        }
+        if i > 0 {
+            let (a, b) = (self.0[i - 1], self.0[i]);
+            if a.last.checked_add(1) == Some(b.first) && a.ty == b.ty {
+                self.0[i - 1].last = b.last;
+                self.0.remove(i);
+            }
+        }
+    }
+
+    /// How many offsets.
+    pub(crate) fn count(&self) -> usize {
+        self.0
+            .iter()
+            .map(|r| {
+                usize::try_from(r.last.saturating_sub(r.first))
+                    .map_or(usize::MAX, |n| n.saturating_add(1))
+            })
+            .fold(0, usize::saturating_add)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The runs, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Run> {
+        self.0.iter()
+    }
+
+    fn take(&mut self) -> Runs {
+        std::mem::take(self)
+    }
+}
+
+/// Acknowledgements taken out of a partition to be sent: their runs (to put back if the
+/// request is refused before the broker read it, and to report which offsets an answer
+/// settles) and the `AcknowledgementBatches` they go as.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Outgoing {
     pub(crate) ranges: Vec<AckRange>,
-    pub(crate) offsets: BTreeMap<i64, i8>,
+    pub(crate) runs: Runs,
 }
 
 impl Outgoing {
     /// Whether a Renew is among them (the request then sets `IsRenewAck`).
     pub(crate) fn has_renew(&self) -> bool {
-        self.offsets.values().any(|t| *t == RENEW)
+        self.runs.iter().any(|r| r.ty == RENEW)
+    }
+
+    /// Whether there is nothing to send.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// The offsets of records acknowledged (gaps left out), ascending.
+    pub(crate) fn acknowledged(&self) -> Vec<i64> {
+        self.runs
+            .iter()
+            .filter(|r| r.ty != GAP)
+            .flat_map(|r| r.first..=r.last)
+            .collect()
     }
 }
 
@@ -81,29 +232,30 @@ impl Outgoing {
 #[derive(Debug, Default)]
 pub(crate) struct PartAcks {
     /// Handed to the application, not acknowledged.
-    delivered: BTreeSet<i64>,
+    delivered: Runs,
     /// Renewed (a Renew was sent): still with the application, which owes a final
     /// acknowledgement; does not hold up an explicit-mode poll.
-    renewed: BTreeSet<i64>,
-    /// Acknowledged (or gaps), waiting to be sent: offset -> wire type.
-    pending: BTreeMap<i64, i8>,
+    renewed: Runs,
+    /// Acknowledged (or gaps), waiting to be sent, with their wire types.
+    pending: Runs,
 }
 
 impl PartAcks {
     /// A record handed to the application.
     pub(crate) fn deliver(&mut self, offset: i64) {
-        self.delivered.insert(offset);
+        self.delivered.set(offset, offset, 0);
     }
 
     /// An acquired offset with no record to hand out: acknowledged as a gap.
     pub(crate) fn gap(&mut self, offset: i64) {
-        self.pending.insert(offset, GAP);
+        self.pending.set(offset, offset, GAP);
     }
 
     /// An acquired offset whose record could not be handed out (it did not decode, or did not
     /// come whole): released for another delivery.
     pub(crate) fn release_unseen(&mut self, offset: i64) {
-        self.pending.insert(offset, AcknowledgeType::Release.wire());
+        self.pending
+            .set(offset, offset, AcknowledgeType::Release.wire());
     }
 
     /// The application's acknowledgement of `offset`. A record acknowledged again before its
@@ -115,40 +267,45 @@ impl PartAcks {
         offset: i64,
         t: AcknowledgeType,
     ) -> Result<(), &'static str> {
-        let known = self.delivered.remove(&offset)
-            || self.renewed.remove(&offset)
-            || self.pending.get(&offset).is_some_and(|w| *w != GAP);
+        let known = self.delivered.remove(offset)
+            || self.renewed.remove(offset)
+            || self.pending.get(offset).is_some_and(|w| w != GAP);
         if !known {
             return Err(
                 "it was not handed out by this reader, or its acknowledgement was already sent",
             );
         }
-        self.pending.insert(offset, t.wire());
+        self.pending.set(offset, offset, t.wire());
         Ok(())
     }
 
     /// Implicit mode: every delivered record is accepted. Returns how many.
     pub(crate) fn accept_delivered(&mut self) -> usize {
-        let n = self.delivered.len();
-        for o in std::mem::take(&mut self.delivered) {
-            self.pending.insert(o, AcknowledgeType::Accept.wire());
+        let n = self.delivered.count();
+        for r in self.delivered.take().0 {
+            self.pending
+                .set(r.first, r.last, AcknowledgeType::Accept.wire());
         }
         n
     }
 
     /// Closing: every record still with the application (delivered or renewed) is released.
     pub(crate) fn release_held(&mut self) {
-        let held = std::mem::take(&mut self.delivered)
+        let held = self
+            .delivered
+            .take()
+            .0
             .into_iter()
-            .chain(std::mem::take(&mut self.renewed));
-        for o in held {
-            self.pending.insert(o, AcknowledgeType::Release.wire());
+            .chain(self.renewed.take().0);
+        for r in held {
+            self.pending
+                .set(r.first, r.last, AcknowledgeType::Release.wire());
         }
     }
 
     /// Records delivered and not acknowledged (renewed ones not counted).
     pub(crate) fn unacknowledged(&self) -> usize {
-        self.delivered.len()
+        self.delivered.count()
     }
 
     /// Whether acknowledgements wait to be sent.
@@ -158,7 +315,7 @@ impl PartAcks {
 
     /// Whether a Renew waits to be sent.
     pub(crate) fn has_pending_renew(&self) -> bool {
-        self.pending.values().any(|t| *t == RENEW)
+        self.pending.iter().any(|r| r.ty == RENEW)
     }
 
     /// Whether nothing is held or pending (the partition's state can be dropped).
@@ -168,64 +325,102 @@ impl PartAcks {
 
     /// Takes the pending acknowledgements out as batches. Renewed offsets stay held.
     pub(crate) fn take(&mut self) -> Outgoing {
-        let offsets = std::mem::take(&mut self.pending);
-        for (o, t) in &offsets {
-            if *t == RENEW {
-                self.renewed.insert(*o);
-            }
+        let runs = self.pending.take();
+        for r in runs.iter().filter(|r| r.ty == RENEW) {
+            self.renewed.set(r.first, r.last, 0);
         }
         Outgoing {
-            ranges: ranges(&offsets),
-            offsets,
+            ranges: ranges(&runs),
+            runs,
         }
     }
 
     /// Puts back acknowledgements a refused request carried (the broker did not read them),
     /// unless newer ones were made meanwhile.
     pub(crate) fn put_back(&mut self, out: Outgoing) {
-        for (o, t) in out.offsets {
-            if t == RENEW {
-                self.renewed.remove(&o);
+        for r in out.runs.iter() {
+            if r.ty == RENEW {
+                self.renewed.remove_range(r.first, r.last);
             }
-            self.pending.entry(o).or_insert(t);
+            self.pending.fill(r.first, r.last, r.ty);
         }
     }
 }
 
-/// The `AcknowledgementBatches` of `offsets`: one batch per run of consecutive offsets, with a
-/// single type when the whole run has one, else one type per offset.
-pub(crate) fn ranges(offsets: &BTreeMap<i64, i8>) -> Vec<AckRange> {
-    let mut out: Vec<AckRange> = Vec::new();
-    for (&o, &t) in offsets {
-        match out.last_mut() {
-            Some(r) if r.last + 1 == o => {
-                r.last = o;
-                r.types.push(t);
-            }
-            _ => out.push(AckRange {
-                first: o,
-                last: o,
-                types: vec![t],
-            }),
-        }
-    }
-    for r in &mut out {
-        if r.types.iter().all(|t| *t == r.types[0]) {
-            r.types.truncate(1);
-        }
-    }
-    out
+/// The `AcknowledgementBatches` of `runs`: one batch per run, with its one type.
+pub(crate) fn ranges(runs: &Runs) -> Vec<AckRange> {
+    runs.iter()
+        .map(|r| AckRange {
+            first: r.first,
+            last: r.last,
+            types: vec![r.ty],
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Every (offset, type) of `out`.
+    fn pairs(out: &Outgoing) -> Vec<(i64, i8)> {
+        out.runs
+            .iter()
+            .flat_map(|r| (r.first..=r.last).map(move |o| (o, r.ty)))
+            .collect()
+    }
+
+    fn runs(r: &Runs) -> Vec<(i64, i64, i8)> {
+        r.iter().map(|r| (r.first, r.last, r.ty)).collect()
+    }
+
     #[test]
-    fn runs_become_batches_with_one_type_when_they_share_it() {
-        let m: BTreeMap<i64, i8> = [(3, 1), (4, 1), (5, 1), (7, 2), (8, 1), (10, 0)].into();
+    fn runs_split_merge_and_fill() {
+        let mut r = Runs::default();
+        for o in 0..10_000 {
+            r.set(o, o, 1);
+        }
         assert_eq!(
-            ranges(&m),
+            runs(&r),
+            vec![(0, 9_999, 1)],
+            "records in order are one run"
+        );
+        r.set(5, 5, 2);
+        assert_eq!(runs(&r), vec![(0, 4, 1), (5, 5, 2), (6, 9_999, 1)]);
+        r.set(5, 5, 1);
+        assert_eq!(runs(&r), vec![(0, 9_999, 1)], "merged back");
+        assert!(r.remove(0) && r.remove(9_999) && !r.remove(0));
+        assert!(r.remove(500));
+        assert_eq!(runs(&r), vec![(1, 499, 1), (501, 9_998, 1)]);
+        assert_eq!(r.count(), 9_997);
+        assert!(!r.contains(500) && r.contains(501) && r.get(1) == Some(1));
+        r.fill(0, 600, 3);
+        assert_eq!(
+            runs(&r),
+            vec![(0, 0, 3), (1, 499, 1), (500, 500, 3), (501, 9_998, 1)]
+        );
+        r.set(0, 20_000, 0);
+        assert_eq!(runs(&r), vec![(0, 20_000, 0)]);
+        let mut e = Runs::default();
+        e.fill(i64::MAX - 1, i64::MAX, 1);
+        e.set(i64::MAX, i64::MAX, 1);
+        e.set(i64::MIN, i64::MIN, 1);
+        assert_eq!(
+            runs(&e),
+            vec![(i64::MIN, i64::MIN, 1), (i64::MAX - 1, i64::MAX, 1)]
+        );
+        assert_eq!(e.count(), 3);
+        assert!(e.remove(i64::MIN) && e.remove(i64::MAX));
+    }
+
+    #[test]
+    fn runs_become_batches_with_one_type_each() {
+        let mut r = Runs::default();
+        for (o, t) in [(3, 1), (4, 1), (5, 1), (7, 2), (8, 1), (10, 0)] {
+            r.set(o, o, t);
+        }
+        assert_eq!(
+            ranges(&r),
             vec![
                 AckRange {
                     first: 3,
@@ -234,8 +429,13 @@ mod tests {
                 },
                 AckRange {
                     first: 7,
+                    last: 7,
+                    types: vec![2]
+                },
+                AckRange {
+                    first: 8,
                     last: 8,
-                    types: vec![2, 1]
+                    types: vec![1]
                 },
                 AckRange {
                     first: 10,
@@ -244,7 +444,7 @@ mod tests {
                 },
             ]
         );
-        assert!(ranges(&BTreeMap::new()).is_empty());
+        assert!(ranges(&Runs::default()).is_empty());
     }
 
     #[test]
@@ -266,16 +466,18 @@ mod tests {
         p.acknowledge(1, AcknowledgeType::Accept).unwrap(); // changed before it is sent
         p.acknowledge(2, AcknowledgeType::Renew).unwrap();
         assert_eq!(p.unacknowledged(), 0);
+        assert!(p.has_pending_renew());
         let out = p.take();
         assert!(out.has_renew());
-        assert_eq!(out.offsets, [(1, 1), (2, 4), (3, 0)].into());
+        assert_eq!(pairs(&out), vec![(1, 1), (2, 4), (3, 0)]);
+        assert_eq!(out.acknowledged(), vec![1, 2], "gaps are no records");
         assert!(
             p.acknowledge(1, AcknowledgeType::Accept).is_err(),
             "already sent"
         );
         assert!(!p.is_idle(), "the renewed record is still held");
         p.acknowledge(2, AcknowledgeType::Accept).unwrap();
-        assert_eq!(p.take().offsets, [(2, 1)].into());
+        assert_eq!(pairs(&p.take()), vec![(2, 1)]);
         assert!(p.is_idle());
     }
 
@@ -290,7 +492,7 @@ mod tests {
         let _ = p.take();
         p.deliver(8);
         p.release_held();
-        assert_eq!(p.take().offsets, [(7, 2), (8, 2)].into());
+        assert_eq!(pairs(&p.take()), vec![(7, 2), (8, 2)]);
     }
 
     #[test]
@@ -303,6 +505,6 @@ mod tests {
         let out = p.take();
         p.acknowledge(2, AcknowledgeType::Reject).unwrap();
         p.put_back(out);
-        assert_eq!(p.take().offsets, [(1, 1), (2, 3)].into());
+        assert_eq!(pairs(&p.take()), vec![(1, 1), (2, 3)]);
     }
 }

@@ -608,12 +608,7 @@ impl Fetcher {
         result: impl Fn(&Tip) -> Result<()>,
     ) {
         for (tip, out) in acks {
-            let offsets: Vec<i64> = out
-                .offsets
-                .iter()
-                .filter(|(_, t)| **t != super::acks::GAP)
-                .map(|(o, _)| *o)
-                .collect();
+            let offsets = out.acknowledged();
             let result = result(&tip);
             let n = offsets.len() as u64;
             if result.is_ok() {
@@ -852,7 +847,7 @@ fn take_acks(shared: &Shared, tips: &[Tip]) -> Vec<(Tip, Outgoing)> {
     tips.iter()
         .filter_map(|t| {
             let out = acks.get_mut(t)?.take();
-            (!out.offsets.is_empty()).then_some((*t, out))
+            (!out.is_empty()).then_some((*t, out))
         })
         .collect()
 }
@@ -1091,7 +1086,8 @@ mod tests {
         let released = settle_unseen(&mut part, &ranges, [10, 12, 14].into_iter(), 20);
         assert_eq!(released, 2, "20 and 21 were not walked");
         let out = part.take();
-        assert_eq!(out.offsets, [(11, 0), (13, 0), (20, 2), (21, 2)].into());
+        let runs: Vec<_> = out.runs.iter().map(|r| (r.first, r.last, r.ty)).collect();
+        assert_eq!(runs, vec![(11, 11, 0), (13, 13, 0), (20, 21, 2)]);
 
         let mut part = PartAcks::default();
         let released = settle_unseen(&mut part, &[range(0, i64::MAX)], std::iter::empty(), 0);

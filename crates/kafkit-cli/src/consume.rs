@@ -2,7 +2,9 @@
 //! prints them without one), or as JSON lines; follows by default, `-e` exits at the end, `-c`
 //! after a count. With `-G GROUP` it is a member of a consumer group instead: the group's
 //! coordinator assigns the partitions of the subscribed topics, and the offsets of the records
-//! printed are committed (every 5 s, when partitions are revoked, and at exit).
+//! printed are committed (every 5 s, when partitions are revoked, and at exit). With
+//! `--share-group GROUP` it is a member of a KIP-932 share group (`share.rs`): each record
+//! printed is accepted, what was not printed is released to the group's other members.
 //!
 //! While no broker of the cluster accepts a connection it says so on stderr (at once, then
 //! every 10 s) and goes on trying, as kcat does.
@@ -11,6 +13,8 @@
 //! group member commits what it printed and leaves its group, exit 0 (a second one exits at
 //! once, 130).
 
+mod share;
+
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
@@ -18,9 +22,10 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use kafkit::admin::OffsetAndMetadata;
+use kafkit::properties::PropertyScope;
 use kafkit::{
-    Client, GroupHandle, GroupReader, GroupReaderBuilder, IsolationLevel, ListenerFuture,
-    OffsetSpec, PartitionRecords, Reader, RebalanceListener, StartOffset,
+    Client, ConsumerRecord, GroupHandle, GroupReader, GroupReaderBuilder, IsolationLevel,
+    ListenerFuture, OffsetSpec, PartitionRecords, Reader, RebalanceListener, StartOffset,
 };
 
 use crate::conn::Conn;
@@ -63,6 +68,15 @@ pub struct ConsumeArgs {
         conflicts_with = "partitions"
     )]
     group: Option<String>,
+    /// Read as a member of this share group (KIP-932; the TOPICs are its subscription): the
+    /// group hands each record to one of its members, and this one accepts each record once it
+    /// is printed; what it did not print (past -c, on Ctrl-C, to a closed pipe) goes back to
+    /// the group. A new group starts at its config share.auto.offset.reset (latest unless set).
+    /// -f's %d prints how many times the group delivered the record. -X takes the share
+    /// consumer's names (max.poll.records, share.acquire.mode...). Not with -o, -p, -e or
+    /// --isolation.
+    #[arg(long = "share-group", value_name = "GROUP", conflicts_with = "group")]
+    share_group: Option<String>,
     /// Exit after COUNT records.
     #[arg(short = 'c', long)]
     count: Option<u64>,
@@ -71,7 +85,7 @@ pub struct ConsumeArgs {
     exit_at_end: bool,
     /// Output format, as kcat's -f: %t topic, %p partition, %o offset, %k key, %K key length,
     /// %s value, %S value length, %R value length (binary int32), %T timestamp (ms), %h headers
-    /// (k=v,k=v), \n \t \r \xHH.
+    /// (k=v,k=v), %d delivery count (--share-group only), \n \t \r \xHH.
     #[arg(short = 'f', long = "format", value_name = "FMT")]
     format: Option<String>,
     /// Without -f: print the key and this separator before the value.
@@ -137,7 +151,6 @@ pub fn parse_start(s: &str) -> Result<Start, Failure> {
 pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
     // From here on Ctrl-C ends the command cleanly (what was printed is committed).
     let mut interrupt = Interrupt::new()?;
-    let start = parse_start(a.offset.as_deref().unwrap_or("beginning"))?;
     let format = match &a.format {
         Some(f) => Format::parse(f, a.null_word).map_err(Failure::Usage)?,
         None => Format::kcat_default(
@@ -151,6 +164,17 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
             a.null_word,
         ),
     };
+    let stdout_tty = std::io::stdout().is_terminal();
+    let progress = Progress::with_target("records", !stdout_tty && std::io::stderr().is_terminal());
+    if let Some(group) = &a.share_group {
+        return share::run(conn, &a, group, &format, &progress, interrupt).await;
+    }
+    if format.has_delivery_count() {
+        return Err(Failure::Usage(
+            "-f's %d is a share group record's delivery count: it needs --share-group GROUP".into(),
+        ));
+    }
+    let start = parse_start(a.offset.as_deref().unwrap_or("beginning"))?;
     let mut conn = conn.clone();
     if let Some(i) = a.isolation {
         let v = match i {
@@ -159,12 +183,10 @@ pub async fn run(conn: &Conn, a: ConsumeArgs) -> CmdResult {
         };
         conn.set_for_flag("--isolation", "isolation.level", v)?;
     }
-    let stdout_tty = std::io::stdout().is_terminal();
-    let progress = Progress::with_target("records", !stdout_tty && std::io::stderr().is_terminal());
     if let Some(group) = group_of(&mut conn, &a)? {
         return run_group(&conn, &a, &group, start, &format, &progress, interrupt).await;
     }
-    warn_group_only_settings(&conn);
+    warn_member_only_settings(&conn, &[PropertyScope::Transport, PropertyScope::Reader]);
     let transport = conn.transport()?;
     let admin = Client::new(transport.clone()).with_timeout(conn.timeout);
     let partitions = interrupt
@@ -235,20 +257,36 @@ fn group_of(conn: &mut Conn, a: &ConsumeArgs) -> Result<Option<String>, Failure>
     }
 }
 
-/// Says on stderr, in one line, which settings given apply only to a group member and are
-/// ignored by a plain consumer (librdkafka accepts and ignores them; a word is kinder).
-fn warn_group_only_settings(conn: &Conn) {
-    use kafkit::properties::{PropertyScope, lookup};
-    let mut names: Vec<&str> = conn
-        .props
-        .iter()
-        .filter(|(k, _)| lookup(k).is_some_and(|i| i.scopes == [PropertyScope::Group]))
-        .map(|(k, _)| k)
-        .collect();
-    names.dedup();
-    if !names.is_empty() {
+/// Says on stderr, in one line per kind of member, which settings given apply only to a
+/// (share) group member and are ignored by this consume, whose builders read the scopes
+/// `reads` (librdkafka accepts and ignores them; a word is kinder).
+fn warn_member_only_settings(conn: &Conn, reads: &[PropertyScope]) {
+    let mut by_who: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (name, _) in conn.props.iter() {
+        let Some(info) = kafkit::properties::lookup(name) else {
+            continue;
+        };
+        if info.scopes.iter().any(|s| reads.contains(s)) {
+            continue;
+        }
+        let who = match (
+            info.scopes.contains(&PropertyScope::Group),
+            info.scopes.contains(&PropertyScope::Share),
+        ) {
+            (true, true) => "a group member (-G GROUP or --share-group GROUP)",
+            (true, false) => "a group member (-G GROUP)",
+            (false, true) => "a share group member (--share-group GROUP)",
+            (false, false) => continue,
+        };
+        match by_who.iter_mut().find(|(w, _)| *w == who) {
+            Some((_, names)) if !names.contains(&name) => names.push(name),
+            Some(_) => {}
+            None => by_who.push((who, vec![name])),
+        }
+    }
+    for (who, names) in by_who {
         eprintln!(
-            "kafkit: warning: {} applies only to a group member (-G GROUP): ignored",
+            "kafkit: warning: {} applies only to {who}: ignored",
             names.join(", ")
         );
     }
@@ -466,16 +504,22 @@ impl<'a> Printer<'a> {
             if self.counted() {
                 break;
             }
-            if let Some(json) = &self.json {
-                json.write(&r, &mut self.out)?;
-            } else {
-                self.format.write(&r, &mut self.out);
-            }
+            self.record(&r, None)?;
             next = Some(r.offset + 1);
-            self.seen += 1;
-            self.unwritten += 1;
         }
         Ok(next)
+    }
+
+    /// Formats one record (with a share group's delivery count) and counts it.
+    fn record(&mut self, r: &ConsumerRecord, delivery_count: Option<u16>) -> Result<(), Failure> {
+        if let Some(json) = &self.json {
+            json.write(r, delivery_count, &mut self.out)?;
+        } else {
+            self.format.write(r, delivery_count, &mut self.out);
+        }
+        self.seen += 1;
+        self.unwritten += 1;
+        Ok(())
     }
 
     /// Writes what was formatted to stdout; `false` when the reader of our output is gone
@@ -581,6 +625,14 @@ async fn run_group(
         conn.set_for_flag("-o", "auto.offset.reset", reset)?;
     }
     conn.props.set("group.id", group);
+    warn_member_only_settings(
+        &conn,
+        &[
+            PropertyScope::Transport,
+            PropertyScope::Reader,
+            PropertyScope::Group,
+        ],
+    );
     let transport = interrupt
         .or_exit("connecting to the cluster", conn.connected())
         .await?;

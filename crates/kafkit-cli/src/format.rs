@@ -1,5 +1,6 @@
 //! Output of consumed records: kcat's `-f` format strings (`%t %p %o %k %K %s %S %R %T %h`,
-//! `\n \r \t \xHH`) and JSON lines, written without allocating per record (one output buffer).
+//! `\n \r \t \xHH`; and kafkit's `%d`, a share group record's delivery count, which kcat has
+//! no token for) and JSON lines, written without allocating per record (one output buffer).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -22,6 +23,8 @@ enum Piece {
     ValueLenBinary,
     Timestamp,
     Headers,
+    /// `%d`: how many times a share group delivered the record (KIP-932).
+    DeliveryCount,
 }
 
 /// A compiled kcat `-f` format string.
@@ -54,6 +57,7 @@ impl Format {
                         b'R' => Piece::ValueLenBinary,
                         b'T' => Piece::Timestamp,
                         b'h' => Piece::Headers,
+                        b'd' => Piece::DeliveryCount,
                         b'%' => {
                             lit.push(b'%');
                             i += 2;
@@ -103,8 +107,14 @@ impl Format {
         }
     }
 
-    /// Appends `r` formatted to `out`.
-    pub fn write(&self, r: &ConsumerRecord, out: &mut Vec<u8>) {
+    /// Whether it prints `%d`, a share group record's delivery count.
+    pub fn has_delivery_count(&self) -> bool {
+        self.pieces.contains(&Piece::DeliveryCount)
+    }
+
+    /// Appends `r` formatted to `out`; `delivery_count` is a share group record's (`%d`
+    /// prints nothing without one).
+    pub fn write(&self, r: &ConsumerRecord, delivery_count: Option<u16>, out: &mut Vec<u8>) {
         for p in &self.pieces {
             match p {
                 Piece::Literal(l) => out.extend_from_slice(l),
@@ -123,6 +133,11 @@ impl Format {
                     out.extend_from_slice(&n.to_be_bytes());
                 }
                 Piece::Timestamp => push_int(out, r.timestamp),
+                Piece::DeliveryCount => {
+                    if let Some(n) = delivery_count {
+                        push_int(out, i64::from(n));
+                    }
+                }
                 Piece::Headers => {
                     for (i, h) in r.headers.iter().enumerate() {
                         if i > 0 {
@@ -313,9 +328,14 @@ impl JsonOut {
         Value::Object(m)
     }
 
-    /// Appends `r` as one JSON line.
-    pub fn write(&self, r: &ConsumerRecord, out: &mut Vec<u8>) -> io::Result<()> {
-        let v = match self.shape {
+    /// Appends `r` as one JSON line; a share group record's `delivery_count` is its last field.
+    pub fn write(
+        &self,
+        r: &ConsumerRecord,
+        delivery_count: Option<u16>,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let mut v = match self.shape {
             JsonShape::Kcat => self.kcat(r),
             JsonShape::Kafkit if !self.base64 => json_record(r),
             JsonShape::Kafkit => {
@@ -336,6 +356,9 @@ impl JsonOut {
                 v
             }
         };
+        if let (Some(n), Value::Object(m)) = (delivery_count, &mut v) {
+            m.insert("delivery_count".into(), n.into());
+        }
         serde_json::to_writer(&mut *out, &v)?;
         out.push(b'\n');
         Ok(())
@@ -349,6 +372,7 @@ mod tests {
     #[test]
     fn parses_kcat_tokens_and_escapes() {
         let f = Format::parse("%t[%p]@%o %k=%s %% %z\\t\\x41\\n", false).unwrap();
+        assert!(!f.has_delivery_count());
         assert_eq!(
             f.pieces,
             vec![
@@ -365,6 +389,16 @@ mod tests {
             ]
         );
         assert!(Format::parse("\\xZZ", false).is_err());
+        let f = Format::parse("%o:%d", false).unwrap();
+        assert!(f.has_delivery_count());
+        assert_eq!(
+            f.pieces,
+            vec![
+                Piece::Offset,
+                Piece::Literal(b":".to_vec()),
+                Piece::DeliveryCount
+            ]
+        );
         // -K and -D of produce and consume read the same escapes as -f.
         assert_eq!(
             unescape("\\0\\t\\x1e\\\\a\\q\\").unwrap(),

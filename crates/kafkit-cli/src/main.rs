@@ -44,7 +44,8 @@ consume --isolation, consume -G and -X group.id...) and a -X that disagree are r
 -X group.id=G and no -G is a member of group G, as with -G G; group settings (session.timeout.ms,
 enable.auto.commit...) without a group are ignored with a warning, as librdkafka ignores them.
 
-Ctrl-C ends consume cleanly: a -G member commits what it printed and leaves the group (exit 0);
+Ctrl-C ends consume cleanly: a -G member commits what it printed and leaves the group (exit 0), a
+--share-group member leaves and releases to the group what it did not print;
 in produce it stops reading: what was read is written (exit 0), a transaction is aborted (exit 1).
 A second Ctrl-C exits at once (130), and so does the first one while connecting.
 

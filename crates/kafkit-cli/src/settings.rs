@@ -66,6 +66,7 @@ pub fn list() -> String {
                 PropertyScope::Writer => "produce",
                 PropertyScope::Reader => "consume",
                 PropertyScope::Group => "consume -G",
+                PropertyScope::Share => "consume --share-group",
                 _ => "?",
             })
             .collect();
@@ -265,5 +266,13 @@ mod tests {
         assert!(line("linger.ms").contains("5 ms produce"), "{list}");
         assert!(line("client.id").contains("kafkit-cli"), "{list}");
         assert!(line("partitioner").contains("consistent_random"), "{list}");
+        assert!(
+            line("share.acknowledgement.mode").contains("implicit consume --share-group"),
+            "{list}"
+        );
+        assert!(
+            line("max.poll.records").contains("500 records consume, consume --share-group"),
+            "{list}"
+        );
     }
 }

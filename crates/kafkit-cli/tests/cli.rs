@@ -595,6 +595,88 @@ fn bad_arguments_exit_2_with_a_clear_message() {
             &["-b", "h:1", "-X", "group.id=xx", "consume", "t", "-p", "0"],
             "-X group.id=xx makes consume a member of group xx",
         ),
+        // A share group member reads what the group hands it: no offsets, partitions, end or
+        // isolation level of its own.
+        (
+            &[
+                "-b",
+                "h:1",
+                "consume",
+                "--share-group",
+                "q",
+                "t",
+                "-o",
+                "beginning",
+            ],
+            "--share-group does not take -o: a share group starts where its config \
+             share.auto.offset.reset says",
+        ),
+        (
+            &["-b", "h:1", "consume", "--share-group", "q", "t", "-p", "0"],
+            "--share-group does not take -p: the share group's coordinator assigns",
+        ),
+        (
+            &["-b", "h:1", "consume", "--share-group", "q", "t", "-e"],
+            "--share-group does not take -e: a share group member has no end of partition",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "consume",
+                "--share-group",
+                "q",
+                "t",
+                "--isolation",
+                "read-committed",
+            ],
+            "its config share.isolation.level",
+        ),
+        (
+            &["-b", "h:1", "consume", "--share-group", "q", "-G", "g", "t"],
+            "cannot be used with",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "group.id=xx",
+                "consume",
+                "--share-group",
+                "q",
+                "t",
+            ],
+            "--share-group says group.id=q but -X or -F set group.id=xx",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "share.acknowledgement.mode=implicit",
+                "consume",
+                "--share-group",
+                "q",
+                "t",
+            ],
+            "--share-group accepts each record once it is printed",
+        ),
+        (
+            &[
+                "-b",
+                "h:1",
+                "-X",
+                "share.acquire.mode=greedy",
+                "consume",
+                "t",
+            ],
+            "batch_optimized, record_limit",
+        ),
+        (
+            &["-b", "h:1", "consume", "t", "-f", "%o %d"],
+            "-f's %d is a share group record's delivery count: it needs --share-group",
+        ),
         (
             &[
                 "-b",
@@ -3228,6 +3310,155 @@ fn share_groups_commands_on_kafka() {
         stderr(&out).contains("is not a share group (GROUP_ID_NOT_FOUND)"),
         "{}",
         stderr(&out)
+    );
+}
+
+/// Sets `group`'s config `share.auto.offset.reset=earliest` (IncrementalAlterConfigs on the
+/// group, as `tests/it/share_kafka.rs` does): a new share group starts at the end of the log.
+fn share_group_from_earliest(b: &Broker, group: &str) {
+    use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let transport = kafkit::Transport::builder([b.addr.as_str()])
+            .build()
+            .expect("transport");
+        let r = kafkit::Client::new(transport)
+            .incremental_alter_configs(
+                &[(
+                    ConfigResource::new(ConfigResourceType::Group, group.to_owned()),
+                    vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")],
+                )],
+                false,
+            )
+            .await
+            .expect("IncrementalAlterConfigs");
+        assert!(r[0].1.is_ok(), "{r:?}");
+    });
+}
+
+/// Writes `values` to partition 0 of `topic` in ONE batch (a long linger): a share group
+/// member acquires a whole batch at once (`share.acquire.mode=batch_optimized`).
+fn produce_one_batch(b: &Broker, topic: &str, values: &[String]) {
+    let lines: String = values.iter().map(|v| format!("{v}\n")).collect();
+    ok(&run_with(
+        Some(&b.addr),
+        &["-X", "linger.ms=1000", "produce", topic, "-p", "0"],
+        lines.as_bytes(),
+    ));
+}
+
+/// `consume --share-group G` on Kafka (KIP-932): a member prints N records and accepts them,
+/// so the next member gets none; one that stops at `-c` releases the rest of the batch it
+/// acquired, one interrupted (SIGINT) after printing some exits 0 and releases what it did not
+/// print: the next member gets those records, `%d` (the delivery count) 2. Kafka only: tansu
+/// 0.6 has no share groups.
+#[test]
+fn consume_as_a_share_group_member_on_kafka() {
+    let b = &Broker::kafka();
+    let topic = create_topic(b, 1);
+    let group = unique("g-cli-share-consume");
+    share_group_from_earliest(b, &group);
+    let member = |args: &[&str]| -> Vec<String> {
+        let mut a = vec![
+            "consume",
+            "--share-group",
+            &group,
+            &topic,
+            "-f",
+            "%o %s %d\\n",
+        ];
+        a.extend(args);
+        ok(&run(b, &a)).lines().map(str::to_owned).collect()
+    };
+    let values = |prefix: &str, n: usize| -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}")).collect()
+    };
+
+    // Every record printed once, each delivered for the first time.
+    produce_one_batch(b, &topic, &values("v", 5));
+    assert_eq!(
+        member(&["-c", "5"]),
+        ["0 v0 1", "1 v1 1", "2 v2 1", "3 v3 1", "4 v4 1"]
+    );
+
+    // All were accepted: a second member is assigned the partition and gets nothing.
+    let idle = Running::start_merged(
+        b,
+        &["consume", "--share-group", &group, &topic, "-f", "%s\\n"],
+    );
+    let (_, before) = idle.line_with(&format!("kafkit: share group {group}: assigned {topic}/0"));
+    assert_eq!(
+        before,
+        [format!(
+            "kafkit: joining share group {group} (Ctrl-C leaves the group)..."
+        )]
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, rest, _) = idle.interrupt();
+    assert_eq!((code, rest), (Some(0), Vec::<String>::new()));
+
+    // -c 2 of a batch of 5: the member acquired the batch, printed 2 and released the rest,
+    // which the next member gets delivered a second time.
+    produce_one_batch(b, &topic, &values("w", 5));
+    assert_eq!(member(&["-c", "2"]), ["5 w0 1", "6 w1 1"]);
+    assert_eq!(member(&["-c", "3"]), ["7 w2 2", "8 w3 2", "9 w4 2"]);
+
+    // Ctrl-C: a member that takes one record per poll (each accepted and committed before the
+    // next) is interrupted after its first line, exits 0, and closing releases the rest of
+    // the batch it acquired.
+    let n = 1000;
+    produce_one_batch(b, &topic, &values("x", n));
+    let interrupted = Running::start(
+        b,
+        &[
+            "consume",
+            "--share-group",
+            &group,
+            &topic,
+            "-X",
+            "max.poll.records=1",
+            "-f",
+            "%o %s %d\\n",
+        ],
+    );
+    let first = interrupted.lines(1);
+    let (code, rest, err) = interrupted.interrupt();
+    assert_eq!(code, Some(0), "stderr: {err}");
+    let printed: Vec<String> = first.into_iter().chain(rest).collect();
+    assert!(
+        printed.len() < n,
+        "interrupted before its end: {} lines",
+        printed.len()
+    );
+    assert!(printed.iter().all(|l| l.ends_with(" 1")), "{printed:?}");
+    let next = member(&["-c", &(n - printed.len()).to_string()]);
+    assert!(
+        next.iter().all(|l| l.ends_with(" 2")),
+        "what the interrupted member did not print is delivered again: {next:?}"
+    );
+    let mut offsets: Vec<i64> = printed
+        .iter()
+        .chain(&next)
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    offsets.sort_unstable();
+    // Each offset once: none printed twice, none lost.
+    assert_eq!(offsets, (10..10 + n as i64).collect::<Vec<_>>());
+
+    // The reader of its output gone (`| head` exited): the records it could not write are
+    // released, not accepted, and it ends quietly.
+    produce_one_batch(b, &topic, &values("y", 3));
+    let args = ["consume", "--share-group", &group, &topic];
+    quiet(&args, &run_to_a_closed_pipe(Some(&b.addr), &args));
+    let start = 10 + n;
+    assert_eq!(
+        member(&["-c", "3"]),
+        (0..3)
+            .map(|i| format!("{} y{i} 2", start + i))
+            .collect::<Vec<_>>()
     );
 }
 

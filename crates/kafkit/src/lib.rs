@@ -30,8 +30,9 @@
 //! [`Transport::round_trip`], which sends any supported request where it belongs and retries what
 //! can be retried until a deadline. [`Properties`] carry Java / librdkafka configuration names
 //! over (`linger.ms`, `security.protocol`, `sasl.jaas.config`...): `from_properties` on
-//! [`DialerBuilder`], [`TransportBuilder`], [`WriterBuilder`], [`ReaderBuilder`] and
-//! [`GroupReaderBuilder`] reads them, as one table ([`properties`]) says.
+//! [`DialerBuilder`], [`TransportBuilder`], [`WriterBuilder`], [`ReaderBuilder`],
+//! [`GroupReaderBuilder`] and [`ShareReaderBuilder`] reads them, as one table ([`properties`])
+//! says.
 //!
 //! ```
 //! use kafkit::admin::NewTopic;

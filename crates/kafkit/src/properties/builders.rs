@@ -1,5 +1,6 @@
 //! The `from_properties` constructors of the builders ([`DialerBuilder`],
-//! [`TransportBuilder`], [`WriterBuilder`], [`ReaderBuilder`], [`GroupReaderBuilder`]): each
+//! [`TransportBuilder`], [`WriterBuilder`], [`ReaderBuilder`], [`GroupReaderBuilder`],
+//! [`ShareReaderBuilder`]): each
 //! reads the properties of its scope from the table in `properties/mod.rs` and calls the
 //! builder's own setters. Part of the top floor with the rest of `properties/`.
 
@@ -7,7 +8,7 @@ use std::sync::Arc;
 
 use kafkit_compress::{Compression, CompressionConfig};
 
-use super::PropertyScope::{Group as G, Reader as R, Transport as T, Writer as W};
+use super::PropertyScope::{Group as G, Reader as R, Share as S, Transport as T, Writer as W};
 use super::security::Security;
 use super::{
     Properties, PropertyError, Value, boolean, choice, count, millis_value, text, unreachable_kind,
@@ -17,6 +18,7 @@ use crate::dialer::DialerBuilder;
 use crate::group::{GroupProtocol, GroupReaderBuilder};
 use crate::ops::offsets::IsolationLevel;
 use crate::reader::{AutoOffsetReset, ReaderBuilder};
+use crate::share::{AcknowledgementMode, ShareAcquireMode, ShareReaderBuilder};
 use crate::transport::{Transport, TransportBuilder};
 use crate::writer::WriterBuilder;
 
@@ -365,6 +367,65 @@ impl GroupReaderBuilder {
     }
 }
 
+impl ShareReaderBuilder {
+    /// A share group member builder on `transport` with the share-scope (`S`) properties of
+    /// `props` applied, Java's `KafkaShareConsumer` names: `group.id` is the group,
+    /// `share.acknowledgement.mode`, `share.acquire.mode`, `max.poll.records`,
+    /// `max.poll.interval.ms`, the `fetch.*` limits, `client.rack`, `retry.backoff.ms`. Names of
+    /// the other scopes (the transport's, a Reader's `auto.offset.reset`, a consumer group's
+    /// `session.timeout.ms`...) are skipped: a share group's start offset and isolation level are
+    /// the group configs `share.auto.offset.reset` and `share.isolation.level`. The subscription
+    /// is not a property: call [`ShareReaderBuilder::topics`]. Ranges are checked by
+    /// [`ShareReaderBuilder::build`]. See the [table](crate::properties).
+    ///
+    /// # Errors
+    ///
+    /// [`PropertyError::Missing`] without `group.id`; an unknown or unsupported name, a bad
+    /// value (a byte or record count above 2^31-1, which the protocol carries as an `int32`).
+    pub fn from_properties(
+        transport: Transport,
+        props: &Properties,
+    ) -> Result<ShareReaderBuilder, PropertyError> {
+        let settings = props.scoped(S)?;
+        let group = settings
+            .iter()
+            .find(|(n, _)| *n == "group.id")
+            .map(|(n, v)| text(n, *v))
+            .transpose()?
+            .ok_or(PropertyError::Missing {
+                name: "ShareReaderBuilder::from_properties",
+                needs: "group.id",
+            })?;
+        let mut b = crate::share::ShareReader::builder(transport, group);
+        for (name, v) in settings {
+            b = match name {
+                "share.acknowledgement.mode" => b.acknowledgement_mode(match choice(name, v)? {
+                    "explicit" => AcknowledgementMode::Explicit,
+                    _ => AcknowledgementMode::Implicit,
+                }),
+                "share.acquire.mode" => b.acquire_mode(match choice(name, v)? {
+                    "record_limit" => ShareAcquireMode::RecordLimit,
+                    _ => ShareAcquireMode::BatchOptimized,
+                }),
+                // An int32 on the wire (ShareFetch's MaxRecords): a larger count is refused
+                // here rather than cut to 2^31-1 by the setter.
+                "max.poll.records" => {
+                    let records: i32 = count(name, v)?;
+                    b.max_poll_records(usize::try_from(records).unwrap_or(usize::MAX))
+                }
+                "max.poll.interval.ms" => b.max_poll_interval(millis_value(name, v)?),
+                "fetch.max.wait.ms" => b.fetch_max_wait(millis_value(name, v)?),
+                "fetch.min.bytes" => b.fetch_min_bytes(count(name, v)?),
+                "fetch.max.bytes" => b.fetch_max_bytes(count(name, v)?),
+                "client.rack" => b.client_rack(text(name, v)?),
+                "retry.backoff.ms" => b.retry_backoff(millis_value(name, v)?),
+                _ => b,
+            };
+        }
+        Ok(b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -522,5 +583,106 @@ mod tests {
             ("group.id", "g"),
         ]))
         .expect("transport skips group names");
+    }
+
+    #[tokio::test]
+    async fn share_members_read_their_settings() {
+        let t = Transport::builder(["127.0.0.1:9092"]).build().unwrap();
+        let e = ShareReaderBuilder::from_properties(t.clone(), &props(&[("linger.ms", "5")]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PropertyError::Missing {
+                    name: "ShareReaderBuilder::from_properties",
+                    needs: "group.id",
+                }
+            ),
+            "{e}"
+        );
+        // The defaults: Java's KafkaShareConsumer's.
+        let c =
+            ShareReaderBuilder::from_properties(t.clone(), &props(&[("group.id", "q")])).unwrap();
+        let c = c.config();
+        assert_eq!(c.group_id, "q");
+        assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Implicit);
+        assert_eq!(c.acquire_mode, ShareAcquireMode::BatchOptimized);
+        assert_eq!(c.max_poll_records, 500);
+        let p = props(&[
+            ("bootstrap.servers", "h:1"),
+            ("group.id", "q"),
+            ("share.acknowledgement.mode", "EXPLICIT"),
+            ("share.acquire.mode", "record_limit"),
+            ("max.poll.records", "7"),
+            ("max.poll.interval.ms", "60000"),
+            ("fetch.wait.max.ms", "50"),
+            ("fetch.min.bytes", "10"),
+            ("fetch.max.bytes", "1048576"),
+            ("client.rack", "r1"),
+            ("retry.backoff.ms", "250"),
+            // Other scopes' names are skipped: a producer's, a Reader's, a consumer group's.
+            ("linger.ms", "5"),
+            ("auto.offset.reset", "earliest"),
+            ("isolation.level", "read_committed"),
+            ("session.timeout.ms", "6000"),
+        ]);
+        let b = ShareReaderBuilder::from_properties(t.clone(), &p).unwrap();
+        let c = b.config();
+        assert_eq!(c.group_id, "q");
+        assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Explicit);
+        assert_eq!(c.acquire_mode, ShareAcquireMode::RecordLimit);
+        assert_eq!(c.max_poll_records, 7);
+        assert_eq!(c.max_poll_interval, Duration::from_secs(60));
+        assert_eq!(c.fetch_max_wait, Duration::from_millis(50));
+        assert_eq!((c.fetch_min_bytes, c.fetch_max_bytes), (10, 1_048_576));
+        assert_eq!(c.client_rack.as_deref(), Some("r1"));
+        assert_eq!(c.retry_backoff, Duration::from_millis(250));
+        b.topics(["t"]).build().expect("a valid member");
+        // Bad values fail typed: a word not in the choice, a count the protocol cannot carry.
+        for (k, v) in [
+            ("share.acknowledgement.mode", "sometimes"),
+            ("share.acquire.mode", "greedy"),
+            ("max.poll.records", "2147483648"),
+            ("fetch.max.bytes", "-1"),
+            ("max.poll.interval.ms", "5s"),
+        ] {
+            let e = ShareReaderBuilder::from_properties(
+                t.clone(),
+                &props(&[("group.id", "q"), (k, v)]),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(&e, PropertyError::InvalidValue { name, .. } if name == k),
+                "{k}={v}: {e:?}"
+            );
+        }
+        let e = props(&[("share.acquire.mode", "greedy")])
+            .check()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("batch_optimized, record_limit"),
+            "{e}"
+        );
+        // Unknown names are refused, with the name meant.
+        let e = ShareReaderBuilder::from_properties(
+            t.clone(),
+            &props(&[("group.id", "q"), ("share.acknowledgment.mode", "explicit")]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                PropertyError::Unknown {
+                    suggestion: Some("share.acknowledgement.mode"),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // Share names are skipped by the other builders.
+        let _ = GroupReaderBuilder::from_properties(t.clone(), &p).expect("group skips them");
+        let _ = ReaderBuilder::from_properties(t.clone(), &p).expect("reader skips them");
+        let _ = WriterBuilder::from_properties(t.clone(), &p).expect("writer skips them");
+        let _ = TransportBuilder::from_properties(&p).expect("transport skips them");
     }
 }

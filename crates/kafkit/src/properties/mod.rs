@@ -1,11 +1,12 @@
 //! Java / librdkafka configuration names ([`Properties`]): what lets a user carry a
 //! `client.properties` or a librdkafka config over. [`TransportBuilder::from_properties`],
-//! [`WriterBuilder::from_properties`], [`ReaderBuilder::from_properties`] and
-//! [`GroupReaderBuilder::from_properties`] read the names of the table below.
+//! [`WriterBuilder::from_properties`], [`ReaderBuilder::from_properties`],
+//! [`GroupReaderBuilder::from_properties`] and [`ShareReaderBuilder::from_properties`] read the
+//! names of the table below.
 //!
 //! Every builder reads the names of its scope (`T` transport and dialer, `W` writer, `R` reader,
-//! `G` consumer group member) and skips the names of the other scopes, so ONE set of properties
-//! can configure all four.
+//! `G` consumer group member, `S` share group member) and skips the names of the other scopes,
+//! so ONE set of properties can configure all five.
 //! A name in no scope fails with [`PropertyError::Unknown`]; a known Java / librdkafka name that
 //! kafkit does not implement fails with [`PropertyError::Unsupported`] (never silently ignored);
 //! a value that does not parse fails with [`PropertyError::InvalidValue`]. Ranges are then
@@ -28,7 +29,7 @@
 //! | `receive.message.max.bytes` | T | bytes | [`DialerBuilder::max_response_size`] |
 //! | `metadata.max.age.ms` | T | ms | [`TransportBuilder::metadata_max_age`] |
 //! | `connections.max.idle.ms` | T | ms | [`TransportBuilder::connections_max_idle`] |
-//! | `retry.backoff.ms` | T, W, R | ms | `retry_backoff` of each builder |
+//! | `retry.backoff.ms` | T, W, R, S | ms | `retry_backoff` of each builder |
 //! | `retry.backoff.max.ms` | T, W, R | ms | `retry_backoff_max` of each builder |
 //! | `default.api.timeout.ms` | T | ms | [`TransportBuilder::default_api_timeout`] |
 //! | `metadata.recovery.strategy` | T | `none`, `rebootstrap` | [`TransportBuilder::metadata_recovery_strategy`] (KIP-899) |
@@ -67,27 +68,29 @@
 //! | `enable.idempotence` | W | `true`, `false` | [`WriterBuilder::enable_idempotence`] |
 //! | `transactional.id` | W | string | [`WriterBuilder::transactional_id`] |
 //! | `transaction.timeout.ms` | W | ms | [`WriterBuilder::transaction_timeout`] |
-//! | `fetch.min.bytes` | R | bytes | [`ReaderBuilder::fetch_min_bytes`] |
-//! | `fetch.max.wait.ms` (`fetch.wait.max.ms`) | R | ms | [`ReaderBuilder::fetch_max_wait`] |
-//! | `fetch.max.bytes` | R | bytes | [`ReaderBuilder::fetch_max_bytes`] |
+//! | `fetch.min.bytes` | R, S | bytes | [`ReaderBuilder::fetch_min_bytes`], [`ShareReaderBuilder::fetch_min_bytes`] |
+//! | `fetch.max.wait.ms` (`fetch.wait.max.ms`) | R, S | ms | [`ReaderBuilder::fetch_max_wait`], [`ShareReaderBuilder::fetch_max_wait`] |
+//! | `fetch.max.bytes` | R, S | bytes | [`ReaderBuilder::fetch_max_bytes`], [`ShareReaderBuilder::fetch_max_bytes`] |
 //! | `max.partition.fetch.bytes` (`fetch.message.max.bytes`) | R | bytes | [`ReaderBuilder::max_partition_fetch_bytes`] |
 //! | `queued.max.messages.kbytes` | R | KiB | [`ReaderBuilder::queued_max_bytes`] |
-//! | `max.poll.records` | R | records | [`ReaderBuilder::max_poll_records`] |
+//! | `max.poll.records` | R, S | records | [`ReaderBuilder::max_poll_records`], [`ShareReaderBuilder::max_poll_records`] |
 //! | `isolation.level` | R | `read_uncommitted`, `read_committed` | [`ReaderBuilder::isolation_level`] |
 //! | `auto.offset.reset` | R | `earliest` (`smallest`, `beginning`), `latest` (`largest`, `end`), `none` (`error`) | [`ReaderBuilder::auto_offset_reset`] |
-//! | `client.rack` | R | string | [`ReaderBuilder::client_rack`] |
+//! | `client.rack` | R, S | string | [`ReaderBuilder::client_rack`], [`ShareReaderBuilder::client_rack`] |
 //! | `fetch.error.backoff.ms` | R | ms | [`ReaderBuilder::retry_backoff`] |
 //! | `check.crcs` | R | `true`, `false` | [`ReaderBuilder::check_crcs`] |
-//! | `group.id` | G | string | the group of [`GroupReaderBuilder::from_properties`] (required by it) |
+//! | `group.id` | G, S | string | the group of [`GroupReaderBuilder::from_properties`] and [`ShareReaderBuilder::from_properties`] (required by both) |
 //! | `group.instance.id` | G | string | [`GroupReaderBuilder::group_instance_id`] |
 //! | `group.protocol` | G | `classic`, `consumer` | [`GroupReaderBuilder::group_protocol`] |
 //! | `group.remote.assignor` | G | string | [`GroupReaderBuilder::group_remote_assignor`] |
 //! | `session.timeout.ms` | G | ms | [`GroupReaderBuilder::session_timeout`] |
 //! | `heartbeat.interval.ms` | G | ms | [`GroupReaderBuilder::heartbeat_interval`] |
-//! | `max.poll.interval.ms` | G | ms | [`GroupReaderBuilder::max_poll_interval`] |
+//! | `max.poll.interval.ms` | G, S | ms | [`GroupReaderBuilder::max_poll_interval`], [`ShareReaderBuilder::max_poll_interval`] |
 //! | `enable.auto.commit` | G | `true`, `false` | [`GroupReaderBuilder::enable_auto_commit`] |
 //! | `auto.commit.interval.ms` | G | ms | [`GroupReaderBuilder::auto_commit_interval`] |
 //! | `partition.assignment.strategy` | G | comma-separated `range`, `roundrobin`, `cooperative-sticky` (or the Java class names) | [`GroupReaderBuilder::partition_assignment_strategy`] |
+//! | `share.acknowledgement.mode` | S | `implicit`, `explicit` | [`ShareReaderBuilder::acknowledgement_mode`] (KIP-932) |
+//! | `share.acquire.mode` | S | `batch_optimized`, `record_limit` | [`ShareReaderBuilder::acquire_mode`] (KIP-1206) |
 //!
 //! AWS_MSK_IAM signs with the credentials of `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
 //! `AWS_SESSION_TOKEN` (read at each authentication) for the region of `AWS_REGION` (or
@@ -115,7 +118,8 @@ pub use crate::error::properties::PropertyError;
 use crate::tls::TlsConfigBuilder;
 #[cfg(doc)]
 use crate::{
-    DialerBuilder, GroupReaderBuilder, ReaderBuilder, Transport, TransportBuilder, WriterBuilder,
+    DialerBuilder, GroupReaderBuilder, ReaderBuilder, ShareReaderBuilder, Transport,
+    TransportBuilder, WriterBuilder,
 };
 
 /// The builder a property configures (the `Scope` column of the [module table](self)).
@@ -130,6 +134,8 @@ pub enum PropertyScope {
     Reader,
     /// [`GroupReaderBuilder`] (`G`).
     Group,
+    /// [`ShareReaderBuilder`] (`S`): a share group member (KIP-932).
+    Share,
 }
 
 /// The shape of a property's value, as the [module table](self) gives it.
@@ -185,7 +191,7 @@ impl PropertyInfo {
 }
 
 use PropertyKind as K;
-use PropertyScope::{Group as G, Reader as R, Transport as T, Writer as W};
+use PropertyScope::{Group as G, Reader as R, Share as S, Transport as T, Writer as W};
 
 const fn p(
     name: &'static str,
@@ -232,7 +238,7 @@ pub const PROPERTIES: &[PropertyInfo] = &[
     p("receive.message.max.bytes", &[], &[T], K::Count).with_default("100000000", "bytes"),
     p("metadata.max.age.ms", &[], &[T], K::Millis).with_default("300000", "ms"),
     p("connections.max.idle.ms", &[], &[T], K::Millis).with_default("540000", "ms"),
-    p("retry.backoff.ms", &[], ALL, K::Millis).with_default("100", "ms"),
+    p("retry.backoff.ms", &[], &[T, W, R, S], K::Millis).with_default("100", "ms"),
     p("retry.backoff.max.ms", &[], ALL, K::Millis).with_default("1000", "ms"),
     p("default.api.timeout.ms", &[], &[T], K::Millis).with_default("60000", "ms"),
     p(
@@ -338,9 +344,15 @@ pub const PROPERTIES: &[PropertyInfo] = &[
         .with_default("(the larger of 16777216 and batch.size)", "bytes"),
     p("allow.auto.create.topics", &[], &[W], BOOL).with_default("true", ""),
     p("enable.idempotence", &[], &[W], BOOL).with_default("true", ""),
-    p("fetch.min.bytes", &[], &[R], K::Count).with_default("1", "bytes"),
-    p("fetch.max.wait.ms", &["fetch.wait.max.ms"], &[R], K::Millis).with_default("500", "ms"),
-    p("fetch.max.bytes", &[], &[R], K::Count).with_default("52428800", "bytes"),
+    p("fetch.min.bytes", &[], &[R, S], K::Count).with_default("1", "bytes"),
+    p(
+        "fetch.max.wait.ms",
+        &["fetch.wait.max.ms"],
+        &[R, S],
+        K::Millis,
+    )
+    .with_default("500", "ms"),
+    p("fetch.max.bytes", &[], &[R, S], K::Count).with_default("52428800", "bytes"),
     p(
         "max.partition.fetch.bytes",
         &["fetch.message.max.bytes"],
@@ -349,7 +361,7 @@ pub const PROPERTIES: &[PropertyInfo] = &[
     )
     .with_default("1048576", "bytes"),
     p("queued.max.messages.kbytes", &[], &[R], K::Count).with_default("65536", "KiB"),
-    p("max.poll.records", &[], &[R], K::Count).with_default("500", "records"),
+    p("max.poll.records", &[], &[R, S], K::Count).with_default("500", "records"),
     p(
         "isolation.level",
         &[],
@@ -368,12 +380,12 @@ pub const PROPERTIES: &[PropertyInfo] = &[
         ]),
     )
     .with_default("latest", ""),
-    p("client.rack", &[], &[R], K::Text).with_default("(none)", ""),
+    p("client.rack", &[], &[R, S], K::Text).with_default("(none)", ""),
     p("fetch.error.backoff.ms", &[], &[R], K::Millis).with_default("100", "ms"),
     p("check.crcs", &[], &[R], BOOL).with_default("true", ""),
     p("transactional.id", &[], &[W], K::Text).with_default("(none)", ""),
     p("transaction.timeout.ms", &[], &[W], K::Millis).with_default("60000", "ms"),
-    p("group.id", &[], &[G], K::Text).with_default("(required by a group member)", ""),
+    p("group.id", &[], &[G, S], K::Text).with_default("(required by a group member)", ""),
     p("group.instance.id", &[], &[G], K::Text).with_default("(none: a dynamic member)", ""),
     p(
         "group.protocol",
@@ -385,11 +397,25 @@ pub const PROPERTIES: &[PropertyInfo] = &[
     p("group.remote.assignor", &[], &[G], K::Text).with_default("(the broker's)", ""),
     p("session.timeout.ms", &[], &[G], K::Millis).with_default("45000", "ms"),
     p("heartbeat.interval.ms", &[], &[G], K::Millis).with_default("3000", "ms"),
-    p("max.poll.interval.ms", &[], &[G], K::Millis).with_default("300000", "ms"),
+    p("max.poll.interval.ms", &[], &[G, S], K::Millis).with_default("300000", "ms"),
     p("enable.auto.commit", &[], &[G], BOOL).with_default("true", ""),
     p("auto.commit.interval.ms", &[], &[G], K::Millis).with_default("5000", "ms"),
     p("partition.assignment.strategy", &[], &[G], K::Text)
         .with_default("range,cooperative-sticky", ""),
+    p(
+        "share.acknowledgement.mode",
+        &[],
+        &[S],
+        K::Choice(&["implicit", "explicit"]),
+    )
+    .with_default("implicit", ""),
+    p(
+        "share.acquire.mode",
+        &[],
+        &[S],
+        K::Choice(&["batch_optimized", "record_limit"]),
+    )
+    .with_default("batch_optimized", ""),
     p(
         "partitioner",
         &["partitioner.class"],

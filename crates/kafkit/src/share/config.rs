@@ -136,6 +136,12 @@ impl ShareReaderBuilder {
         }
     }
 
+    /// The settings as built so far (the `from_properties` tests read them).
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// The topics to consume (Java `subscribe`). The coordinator assigns their partitions
     /// among the group's members.
     pub fn topics<I, S>(mut self, topics: I) -> Self

@@ -1,19 +1,4 @@
-//! [`ShareReaderBuilder`]: the settings of a share group member, with Java's share consumer
-//! names.
-//!
-//! | setting | default | unit / type | Java `KafkaShareConsumer` name |
-//! | --- | --- | --- | --- |
-//! | `group_id` | (required) | string | `group.id` |
-//! | `topics` | (required before the first poll) | topic names | `subscribe(...)` |
-//! | `acknowledgement_mode` | implicit | [`AcknowledgementMode`] | `share.acknowledgement.mode` |
-//! | `acquire_mode` | batch optimized | [`ShareAcquireMode`] | `share.acquire.mode` (KIP-1206) |
-//! | `max_poll_records` | 500 | records | `max.poll.records` |
-//! | `max_poll_interval` | 300 s | `Duration` | `max.poll.interval.ms` |
-//! | `fetch_max_wait` | 500 ms | `Duration` | `fetch.max.wait.ms` |
-//! | `fetch_min_bytes` | 1 | bytes | `fetch.min.bytes` |
-//! | `fetch_max_bytes` | 50 MiB | bytes | `fetch.max.bytes` |
-//! | `client_rack` | none | string | `client.rack` |
-//! | `retry_backoff` | 100 ms | `Duration` | `retry.backoff.ms` |
+//! [`ShareReaderBuilder`]: the settings of a share group member (the table is on the builder).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,8 +83,22 @@ pub(crate) struct Config {
     pub(crate) on_acknowledged: Option<AckCallback>,
 }
 
-/// Builds a [`ShareReader`]: a member of a share group (KIP-932). See the module's table for
-/// every setting, its default and Java's name.
+/// Builds a [`ShareReader`]: a member of a share group (KIP-932). Every setting, its default and
+/// Java's name (`ShareReaderBuilder::from_properties` takes those names):
+///
+/// | setting | default | unit / type | Java `KafkaShareConsumer` name |
+/// | --- | --- | --- | --- |
+/// | `group_id` | (required) | string | `group.id` |
+/// | `topics` | (required before the first poll) | topic names | `subscribe(...)` |
+/// | `acknowledgement_mode` | implicit | [`AcknowledgementMode`] | `share.acknowledgement.mode` |
+/// | `acquire_mode` | batch optimized | [`ShareAcquireMode`] | `share.acquire.mode` (KIP-1206) |
+/// | `max_poll_records` | 500 | records | `max.poll.records` |
+/// | `max_poll_interval` | 300 s | `Duration` | `max.poll.interval.ms` |
+/// | `fetch_max_wait` | 500 ms | `Duration` | `fetch.max.wait.ms` |
+/// | `fetch_min_bytes` | 1 | bytes | `fetch.min.bytes` |
+/// | `fetch_max_bytes` | 50 MiB | bytes | `fetch.max.bytes` |
+/// | `client_rack` | none | string | `client.rack` |
+/// | `retry_backoff` | 100 ms | `Duration` | `retry.backoff.ms` |
 #[must_use]
 pub struct ShareReaderBuilder {
     transport: Transport,

@@ -82,6 +82,7 @@ mod sasl_tansu;
 mod secure_kafka;
 mod secure_tansu;
 mod share_kafka;
+mod share_review_kafka;
 mod soak;
 mod tls_shared;
 mod transact_mock;

@@ -83,6 +83,7 @@ mod secure_kafka;
 mod secure_tansu;
 mod share_java_kafka;
 mod share_kafka;
+mod share_review_kafka;
 mod soak;
 mod tls_shared;
 mod transact_mock;

@@ -87,8 +87,8 @@ pub(crate) struct Fetcher {
     stale: bool,
     /// Records fetched, not handed out yet.
     pub(crate) ready: VecDeque<ShareRecord>,
-    /// Acknowledgement outcomes not yet taken by a commit.
-    pub(crate) settled: Vec<AcknowledgementCommit>,
+    /// Acknowledgement outcomes for the commit that runs (`None` outside a commit).
+    pub(crate) settled: Option<Vec<AcknowledgementCommit>>,
     /// A partition error the application must hear of, for the next poll.
     pub(crate) error: Option<Error>,
     /// Where the request tasks put their answers.
@@ -107,7 +107,7 @@ impl Fetcher {
             assignment: Vec::new(),
             stale: true,
             ready: VecDeque::new(),
-            settled: Vec::new(),
+            settled: None,
             error: None,
             tx,
             rx,
@@ -144,10 +144,23 @@ impl Fetcher {
             .assignment
             .iter()
             .any(|t| !self.names.contains_key(&t.0) || !self.leaders.contains_key(t));
-        if !(self.stale || unknown) || self.assignment.is_empty() {
+        // Partitions that owe acknowledgements but lost their leader (a move, or a topic no
+        // longer subscribed to): looked up too, or what they owe would never go.
+        let owing: BTreeSet<Arc<str>> = shared
+            .acks()
+            .iter()
+            .filter(|(t, a)| a.has_pending() && !self.leaders.contains_key(t))
+            .filter_map(|(t, _)| self.names.get(&t.0).cloned())
+            .collect();
+        if !(self.stale || unknown || !owing.is_empty())
+            || (self.assignment.is_empty() && owing.is_empty())
+        {
             return Ok(());
         }
-        let topics: Vec<String> = shared.state().topics.clone();
+        let mut topics: Vec<String> = shared.state().topics.clone();
+        topics.extend(owing.iter().map(|t| t.to_string()));
+        topics.sort();
+        topics.dedup();
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let md = match shared.transport.metadata_for(&names).await {
             Ok(md) => md,
@@ -566,8 +579,8 @@ impl Fetcher {
         }
         let before = self.ready.len();
         let walked_to = decode_acquired(&mut self.ready, shared, tip, topic, p, deadline);
-        let delivered = self.ready.len() - before;
-        Counters::add(&shared.stats.records_delivered, delivered as u64);
+        let acquired = self.ready.len() - before;
+        Counters::add(&shared.stats.records_acquired, acquired as u64);
         let mut acks = shared.acks();
         let part = acks.entry(tip).or_default();
         let offsets = self.ready.range(before..).map(|r| r.offset);
@@ -632,7 +645,9 @@ impl Fetcher {
             if let Some(cb) = &shared.config.on_acknowledged {
                 cb(&commit);
             }
-            self.settled.push(commit);
+            if let Some(list) = &mut self.settled {
+                list.push(commit);
+            }
         }
     }
 
@@ -739,6 +754,7 @@ fn decode_acquired(
                     delivery_count: u16::try_from(a.delivery_count).unwrap_or(0),
                     lock_deadline,
                     tip,
+                    reader: shared.id,
                 });
             }
         },

@@ -29,6 +29,10 @@ use super::session::Tip;
 
 /// What the member task and the reader share.
 pub(crate) struct Shared {
+    /// This reader's number in the process (a record names the reader that handed it out).
+    pub(crate) id: u64,
+    /// Set by `close` (and a drop): acknowledgements are refused from then on.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
     pub(crate) config: Config,
     pub(crate) transport: Transport,
     /// The member id, made by this client (KIP-932 members name themselves).
@@ -50,6 +54,7 @@ pub(crate) struct Counters {
     pub(crate) heartbeats: AtomicU64,
     pub(crate) share_fetches: AtomicU64,
     pub(crate) share_acknowledges: AtomicU64,
+    pub(crate) records_acquired: AtomicU64,
     pub(crate) records_delivered: AtomicU64,
     pub(crate) acknowledgements_sent: AtomicU64,
     pub(crate) acknowledgements_failed: AtomicU64,
@@ -90,7 +95,10 @@ pub(crate) struct MemberState {
 impl Shared {
     pub(crate) fn new(transport: Transport, config: Config, member_id: String) -> Self {
         let topics = config.topics.clone();
+        static READERS: AtomicU64 = AtomicU64::new(0);
         Shared {
+            id: READERS.fetch_add(1, Ordering::Relaxed),
+            closed: std::sync::atomic::AtomicBool::new(false),
             config,
             transport,
             member_id,

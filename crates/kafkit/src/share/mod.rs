@@ -11,12 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use tokio::time::{Instant, timeout_at};
 
 pub use self::acks::AcknowledgeType;
 pub use self::config::{AcknowledgementMode, ShareAcquireMode, ShareReaderBuilder};
@@ -38,6 +37,8 @@ pub struct ShareRecord {
     pub(crate) delivery_count: u16,
     pub(crate) lock_deadline: std::time::Instant,
     pub(crate) tip: Tip,
+    /// The reader that handed it out (`Shared::id`).
+    pub(crate) reader: u64,
 }
 
 impl ShareRecord {
@@ -109,7 +110,9 @@ pub struct ShareStats {
     /// The most requests in flight at once, over all brokers (at most one per broker: with
     /// partitions led by N brokers, N once every broker was asked at once).
     pub max_requests_in_flight: u64,
-    /// Records acquired and handed to the reader.
+    /// Records acquired from the brokers (handed out, or fetched and waiting in the reader).
+    pub records_acquired: u64,
+    /// Records handed to the application.
     pub records_delivered: u64,
     /// Acknowledgements the brokers took.
     pub acknowledgements_sent: u64,
@@ -209,11 +212,17 @@ fn acknowledge(shared: &Shared, record: &ShareRecord, how: AcknowledgeType) -> R
         }
         .into());
     }
+    if shared.closed.load(Ordering::Acquire) {
+        return Err(ShareError::Closed.into());
+    }
     let mut acks = shared.acks();
-    let r = acks
-        .get_mut(&record.tip)
-        .ok_or("it was not handed out by this reader")
-        .and_then(|p| p.acknowledge(record.offset, how));
+    let r = if record.reader == shared.id {
+        acks.get_mut(&record.tip)
+            .ok_or("it was not handed out by this reader")
+            .and_then(|p| p.acknowledge(record.offset, how))
+    } else {
+        Err("another reader handed it out")
+    };
     r.map_err(|why| {
         ShareError::NotAcknowledgeable {
             group_id: group_id(),
@@ -314,6 +323,7 @@ impl ShareReader {
             share_acknowledge_requests: c.share_acknowledges.load(Ordering::Relaxed),
             fetch_rounds: c.rounds.load(Ordering::Relaxed),
             max_requests_in_flight: c.max_in_flight.load(Ordering::Relaxed),
+            records_acquired: c.records_acquired.load(Ordering::Relaxed),
             records_delivered: c.records_delivered.load(Ordering::Relaxed),
             acknowledgements_sent: c.acknowledgements_sent.load(Ordering::Relaxed),
             acknowledgements_failed: c.acknowledgements_failed.load(Ordering::Relaxed),
@@ -338,21 +348,31 @@ impl ShareReader {
     /// Cancel safe: the requests go on in their own tasks, and records that came in are
     /// handed out by the next poll.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>> {
+        let max = usize::try_from(self.shared.config.max_poll_records).unwrap_or(usize::MAX);
+        self.poll_up_to(timeout, max).await
+    }
+
+    /// A poll handing out at most `max` records (the stream takes one at a time).
+    async fn poll_up_to(&mut self, timeout: Duration, max: usize) -> Result<Vec<ShareRecord>> {
         self.begin_poll()?;
         let deadline = Instant::now() + timeout;
         loop {
+            self.polling();
             self.fetcher.read_answers(&self.shared);
             if !self.fetcher.ready.is_empty() {
-                return Ok(self.hand_out());
+                // What this poll settled goes now, not after the records fetched are all
+                // handed out: their locks run meanwhile (Java sends it at poll time too).
+                let _ = timeout_at(deadline, self.fetcher.send_all(&self.shared, false)).await;
+                return Ok(self.hand_out(max));
             }
             self.check()?;
             if let Some(e) = self.fetcher.error.take() {
                 return Err(e);
             }
-            if let Err(e) = self.fetcher.route(&self.shared).await {
+            if let Ok(Err(e)) = timeout_at(deadline, self.fetcher.route(&self.shared)).await {
                 tracing::debug!(error = %e, "share reader: no metadata yet");
             }
-            self.fetcher.send_all(&self.shared, true).await;
+            let _ = timeout_at(deadline, self.fetcher.send_all(&self.shared, true)).await;
             if !self.fetcher.in_flight() {
                 // Nothing assigned (yet): wait for the member's next assignment.
                 let wait = (Instant::now() + self.shared.config.retry_backoff).min(deadline);
@@ -369,6 +389,12 @@ impl ShareReader {
                 return Ok(Vec::new());
             }
         }
+    }
+
+    /// The application is in a poll: the member's stall clock starts again (a poll longer than
+    /// `max_poll_interval` is no stall; Java resets its poll timer on each round too).
+    fn polling(&self) {
+        self.shared.state().last_poll = Instant::now();
     }
 
     /// The checks and settling at the start of a poll.
@@ -418,18 +444,16 @@ impl ShareReader {
         Ok(())
     }
 
-    /// Hands out up to `max_poll_records` of the fetched records.
-    fn hand_out(&mut self) -> Vec<ShareRecord> {
-        let n = self
-            .fetcher
-            .ready
-            .len()
-            .min(self.shared.config.max_poll_records as usize);
+    /// Hands out up to `max` of the fetched records.
+    fn hand_out(&mut self, max: usize) -> Vec<ShareRecord> {
+        let n = self.fetcher.ready.len().min(max);
         let out: Vec<ShareRecord> = self.fetcher.ready.drain(..n).collect();
         let mut acks = self.shared.acks();
         for r in &out {
             acks.entry(r.tip).or_default().deliver(r.offset);
         }
+        drop(acks);
+        member::Counters::add(&self.shared.stats.records_delivered, n as u64);
         out
     }
 
@@ -441,7 +465,8 @@ impl ShareReader {
     /// # Errors
     ///
     /// [`ShareError::ImplicitMode`] in implicit mode; [`ShareError::NotAcknowledgeable`] for a
-    /// record this reader did not hand out or whose acknowledgement was already sent.
+    /// record this reader did not hand out (another reader's included) or whose
+    /// acknowledgement was already sent; [`ShareError::Closed`] once the reader is closed.
     pub fn acknowledge(&self, record: &ShareRecord, how: AcknowledgeType) -> Result<()> {
         acknowledge(&self.shared, record, how)
     }
@@ -468,10 +493,11 @@ impl ShareReader {
                 p.accept_delivered();
             });
         }
-        self.fetcher.settled.clear();
+        // Outcomes are kept for the caller only while a commit runs (the callback sees all).
+        self.fetcher.settled = Some(Vec::new());
         let deadline = Instant::now() + timeout;
         self.settle(deadline).await;
-        Ok(std::mem::take(&mut self.fetcher.settled))
+        Ok(self.fetcher.settled.take().unwrap_or_default())
     }
 
     /// Sends what is pending and waits for the answers, until nothing is pending or in flight,
@@ -483,10 +509,8 @@ impl ShareReader {
             if !pending && !self.fetcher.in_flight() {
                 return;
             }
-            if self.fetcher.route(&self.shared).await.is_err() && Instant::now() >= deadline {
-                return;
-            }
-            self.fetcher.send_all(&self.shared, false).await;
+            let _ = timeout_at(deadline, self.fetcher.route(&self.shared)).await;
+            let _ = timeout_at(deadline, self.fetcher.send_all(&self.shared, false)).await;
             if !self.fetcher.in_flight() {
                 // Nowhere to send what is pending yet (no leader known): try again shortly.
                 let wait = (Instant::now() + self.shared.config.retry_backoff).min(deadline);
@@ -500,15 +524,17 @@ impl ShareReader {
         }
     }
 
-    /// The records, one by one, polling as needed (each poll waits up to 1 s and is repeated).
-    /// Errors are yielded and the stream goes on, except after [`ShareError::Closed`] or
-    /// [`ShareError::Fatal`], where it ends. In explicit mode acknowledge each record through
-    /// [`ShareReader::acknowledger`] before the stream needs the next poll.
+    /// The records, one by one (Java has no stream; each record is one poll of at most one
+    /// record, waiting up to 1 s and repeated). Taking the next record settles the ones before
+    /// as a poll does: in implicit mode they are accepted, in explicit mode each must be
+    /// acknowledged first (through [`ShareReader::acknowledger`]) or the stream yields
+    /// [`ShareError::UnacknowledgedRecords`]. The stream holds no records of its own: dropped,
+    /// it leaves the fetched ones to the reader's next poll. Errors are yielded and the stream
+    /// goes on, except after [`ShareError::Closed`] or [`ShareError::Fatal`], where it ends.
     pub fn stream(&mut self) -> ShareStream<'_> {
         ShareStream {
             idle: Some(self),
             running: None,
-            buffer: VecDeque::new(),
             ended: false,
         }
     }
@@ -530,6 +556,7 @@ impl ShareReader {
     /// task still leaves the group).
     pub async fn close(mut self, timeout: Duration) -> Result<()> {
         self.closed = true;
+        self.shared.closed.store(true, Ordering::Release);
         let deadline = Instant::now() + timeout;
         self.fetcher.drain(&self.shared, deadline).await;
         self.release_all();
@@ -566,14 +593,12 @@ type Polling<'a> =
 pub struct ShareStream<'a> {
     idle: Option<&'a mut ShareReader>,
     running: Option<Polling<'a>>,
-    buffer: VecDeque<ShareRecord>,
     ended: bool,
 }
 
 impl std::fmt::Debug for ShareStream<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShareStream")
-            .field("buffered", &self.buffer.len())
             .field("ended", &self.ended)
             .finish_non_exhaustive()
     }
@@ -585,9 +610,6 @@ impl futures_core::Stream for ShareStream<'_> {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            if let Some(r) = this.buffer.pop_front() {
-                return Poll::Ready(Some(Ok(r)));
-            }
             if this.ended {
                 return Poll::Ready(None);
             }
@@ -598,7 +620,7 @@ impl futures_core::Stream for ShareStream<'_> {
                         return Poll::Ready(None);
                     };
                     this.running.insert(Box::pin(async move {
-                        let r = reader.poll(Duration::from_secs(1)).await;
+                        let r = reader.poll_up_to(Duration::from_secs(1), 1).await;
                         (reader, r)
                     }))
                 }
@@ -609,7 +631,11 @@ impl futures_core::Stream for ShareStream<'_> {
             this.running = None;
             this.idle = Some(reader);
             match r {
-                Ok(records) => this.buffer.extend(records),
+                Ok(mut records) => {
+                    if let Some(record) = records.pop() {
+                        return Poll::Ready(Some(Ok(record)));
+                    }
+                }
                 Err(e) => {
                     this.ended = matches!(
                         &e,
@@ -626,6 +652,7 @@ impl Drop for ShareReader {
     /// Dropped without `close`: the member task leaves the group on its own; the connections
     /// close, and the brokers release what the member held.
     fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
         if !self.closed {
             self.shared.state().closing = true;
             self.shared.wake.notify_one();

@@ -449,8 +449,14 @@ impl ShareReader {
         let n = self.fetcher.ready.len().min(max);
         let out: Vec<ShareRecord> = self.fetcher.ready.drain(..n).collect();
         let mut acks = self.shared.acks();
-        for r in &out {
-            acks.entry(r.tip).or_default().deliver(r.offset);
+        // Records come partition by partition: one look-up per run of one partition's records.
+        let mut i = 0;
+        while let Some(first) = out.get(i) {
+            let part = acks.entry(first.tip).or_default();
+            while let Some(r) = out.get(i).filter(|r| r.tip == first.tip) {
+                part.deliver(r.offset);
+                i += 1;
+            }
         }
         drop(acks);
         member::Counters::add(&self.shared.stats.records_delivered, n as u64);

@@ -9,7 +9,8 @@
 //! `batch.size`) with `--fill-linger-ms` (default 5, its `linger.ms`); the tables give the mean
 //! records per batch. `--topic NAME` reads an existing, filled topic instead.
 //!
-//! Then `--rounds` rounds (default 5); in each, every client of `--clients` (default ours, then
+//! Then `--warmup-rounds` rounds (default 1, left out of the medians: the broker's JVM warms
+//! up too) and `--rounds` rounds (default 5); in each, every client of `--clients` (default ours, then
 //! java; the order reversed in every other round, so that neither always runs first) reads the
 //! whole topic once as the only member of a share group made for that run, whose group config
 //! `share.auto.offset.reset=earliest` is set beforehand (IncrementalAlterConfigs on the group).
@@ -71,6 +72,10 @@ pub struct ShareArgs {
     /// Rounds: each client reads the topic once per round, with a new share group.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// Rounds run first and left out of the medians (the broker's JVM warms up too: on a
+    /// fresh broker its CPU per record falls by half or more over the first runs).
+    #[arg(long, default_value_t = 1)]
+    warmup_rounds: usize,
     /// Clients, in this order in the first round (default: ours, java); the order is reversed
     /// in every other round.
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -365,7 +370,8 @@ pub fn run_ours(w: &ShareWorkload) -> Result<String, String> {
 
 /// One row of the tables.
 struct Row {
-    round: usize,
+    /// 1, 2, ...; warm-up rounds 0, -1, ...
+    round: i64,
     client: ShareClient,
     /// The load average (1 min) before the run.
     load: f64,
@@ -444,13 +450,15 @@ pub fn run(args: &ShareArgs) -> Result<bool, String> {
     }
 
     let mut rows = Vec::new();
-    for round in 1..=args.rounds {
+    for i in 0..args.warmup_rounds + args.rounds {
+        // Warm-up rounds are numbered 0, -1, ... and left out of the medians.
+        let round = i as i64 + 1 - args.warmup_rounds as i64;
         let mut order = clients.clone();
-        if round % 2 == 0 {
+        if i % 2 == 1 {
             order.reverse();
         }
         for client in order {
-            let group = format!("bench-share-{pid}-{round}-{}", client.name());
+            let group = format!("bench-share-{pid}-{i}-{}", client.name());
             let w = ShareWorkload {
                 bootstrap: args.bootstrap.clone(),
                 topic: topic.clone(),
@@ -619,6 +627,8 @@ fn print_tables(
         }
     }
     println!();
+    println!("Rounds below 1 warm up, and are left out of the medians:");
+    println!();
     println!(
         "| client | runs | records/s median (range) | CPU ns / record median (range) | ShareFetch median | ShareFetch / batch median | records / poll median | first record after (ms) median | broker CPU ns / record median |"
     );
@@ -633,7 +643,7 @@ fn print_tables(
     for client in clients {
         let runs: Vec<&ShareRun> = rows
             .iter()
-            .filter(|r| r.client == client)
+            .filter(|r| r.client == client && r.round > 0)
             .filter_map(|r| r.result.as_ref().ok())
             .collect();
         if runs.is_empty() {

@@ -1,6 +1,7 @@
-//! `kafkit-bench`, run by `cargo xtask bench producer` and `cargo xtask bench consumer`: this
-//! project's Writer against librdkafka's producer, and its Reader against librdkafka's consumer,
-//! on the same broker, in the same run. The consumer bench is in [`consumer`]; this file holds
+//! `kafkit-bench`, run by `cargo xtask bench producer`, `consumer` and `share`: this project's
+//! Writer against librdkafka's producer, its Reader against librdkafka's consumer, and its
+//! ShareReader against the Java client's `KafkaShareConsumer` (see [`share`]), on the same
+//! broker, in the same run. The consumer bench is in [`consumer`]; this file holds
 //! the producer bench and what both share (child runs, their result line, topic creation).
 //!
 //! Producer cases (each client writes its own fresh topic):
@@ -54,6 +55,7 @@ mod encode;
 mod ours;
 mod peer;
 mod scaling;
+mod share;
 mod svg;
 
 /// Counts every allocation of Rust code (see [`alloc`]).
@@ -89,6 +91,9 @@ enum Cmd {
     Consumer(consumer::ConsumerArgs),
     /// The Writer's CPU path without a network (for callgrind instruction counts).
     Encode(encode::EncodeArgs),
+    /// Run the share group benchmark (ShareReader against Java's KafkaShareConsumer on Apache
+    /// Kafka) and print Markdown tables.
+    Share(share::ShareArgs),
     /// One producer run in this process, for the parent (`producer`); prints one RESULT line.
     #[command(hide = true)]
     Client {
@@ -107,6 +112,10 @@ enum Cmd {
         #[command(flatten)]
         workload: consumer::ReadWorkload,
     },
+    /// One share group member run in this process, for the parent (`share`); prints one
+    /// RESULT line.
+    #[command(hide = true)]
+    ShareRead(share::ShareWorkload),
     /// One group run in this process, for the parent (`consumer --group`); prints one GROUP
     /// line.
     #[command(hide = true)]
@@ -490,6 +499,17 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::ShareRead(workload) => match share::run_ours(&workload) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kafkit-bench share-read: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Share(args) => exit_code(share::run(&args)),
         Cmd::Producer(args) => exit_code(producer(&args)),
         Cmd::Encode(args) => exit_code(encode::run(&args)),
         Cmd::Consumer(args) => exit_code(consumer::run(&args)),
@@ -718,6 +738,13 @@ fn create_topic(
 /// subcommand), which prints one RESULT line. With `KAFKIT_BENCH_CHILD_WRAPPER` set (say to
 /// `heaptrack`), the child runs under that program: `wrapper <this program> args...`.
 fn run_child(client: Client, args: &[String]) -> Result<RunResult, String> {
+    RunResult::parse(&child_result_line(client.name(), args)?)
+}
+
+/// Runs this program with `args` in a child process (under `KAFKIT_BENCH_CHILD_WRAPPER` when
+/// set, see [`run_child`]) and returns the RESULT line it printed; `name` names the run in
+/// errors.
+fn child_result_line(name: &str, args: &[String]) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let mut command = match std::env::var_os("KAFKIT_BENCH_CHILD_WRAPPER") {
         Some(wrapper) => {
@@ -732,16 +759,16 @@ fn run_child(client: Client, args: &[String]) -> Result<RunResult, String> {
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| format!("start the {} run: {e}", client.name()))?;
+        .map_err(|e| format!("start the {name} run: {e}"))?;
     if !out.status.success() {
-        return Err(format!("the {} run failed ({})", client.name(), out.status));
+        return Err(format!("the {name} run failed ({})", out.status));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
+    stdout
         .lines()
         .find(|l| l.starts_with(RESULT_PREFIX))
-        .ok_or_else(|| format!("the {} run printed no result", client.name()))?;
-    RunResult::parse(line)
+        .map(str::to_string)
+        .ok_or_else(|| format!("the {name} run printed no result"))
 }
 
 /// The sum over the topic's partitions of their `spec` offsets (ListOffsets to each partition's

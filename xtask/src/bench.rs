@@ -1,6 +1,7 @@
 //! `cargo xtask bench producer [ARGS]` and `cargo xtask bench consumer [ARGS]`: build and run
 //! the `kafkit-bench` package (release profile) against tansu and librdkafka's mock cluster, and
-//! print its Markdown tables.
+//! print its Markdown tables. `cargo xtask bench share [ARGS]` runs its share group bench
+//! against Apache Kafka and the Java peer instead ([`run_share`]).
 //!
 //! Unless the arguments name a broker (`--tansu HOST:PORT`) or leave the tansu case out
 //! (`--cases` without `tansu`), a tansu of its own is started on a free port first and stopped
@@ -36,6 +37,69 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
         bench_args.extend(["--svg".to_string(), dir.display().to_string()]);
     }
 
+    let status = cargo_run_bench(&bench_args, &[]);
+
+    if let Some((b, Started::Spawned)) = &broker {
+        if let Err(e) = b.stop() {
+            eprintln!("bench: could not stop the broker: {e}");
+        } else {
+            b.forget();
+        }
+    }
+    status
+}
+
+/// `cargo xtask bench share [ARGS]`: `kafkit-bench share --bootstrap ADDR ARGS` with the Java
+/// peer's class path in `KAFKIT_JAVA_PEER_CP`. Unless the arguments name a broker
+/// (`--bootstrap`), a one-node Apache Kafka 4.4 of its own is started on a free port first and
+/// stopped afterwards; unless they give `--java-cp` or leave the Java client out (`--clients
+/// ours`), the Java peer is built first (`cargo xtask java-peer`). The broker's process id goes
+/// with `--broker-pid`, so each run measures the broker's CPU over its window too.
+///
+/// Errors: a message when Kafka or the Java peer cannot be had, cargo cannot be run, or the
+/// bench fails.
+pub fn run_share(args: &[String]) -> Result<(), String> {
+    let mut env = Vec::new();
+    if !has_option(args, "--java-cp")
+        && option_value(args, "--clients").is_none_or(|c| c.contains("java"))
+    {
+        env.push((crate::java_peer::CLASS_PATH_ENV, crate::java_peer::build()?));
+    }
+    let mut bench_args = vec!["share".to_string()];
+    let mut kafka = None;
+    if !has_option(args, "--bootstrap") {
+        let k = crate::kafka::Kafka {
+            port: crate::test::free_port()?,
+            brokers: 1,
+        };
+        let (how, nodes) = k.start(false)?;
+        bench_args.extend([
+            "--bootstrap".to_string(),
+            crate::kafka::Kafka::bootstrap(&nodes),
+        ]);
+        // The node's CPU over each run's window goes into the tables.
+        let pid_file = k.state_dir().join("node-1").join("kafka.pid");
+        if let Ok(pid) = std::fs::read_to_string(pid_file) {
+            bench_args.extend(["--broker-pid".to_string(), pid.trim().to_string()]);
+        }
+        kafka = Some((k, how));
+    }
+    bench_args.extend(args.iter().cloned());
+    let status = cargo_run_bench(&bench_args, &env);
+    if let Some((k, Started::Spawned)) = &kafka {
+        if let Err(e) = k.stop() {
+            eprintln!("bench: could not stop Apache Kafka: {e}");
+        } else {
+            k.forget();
+        }
+    }
+    status
+}
+
+/// `cargo run --release -p kafkit-bench -- ARGS` with `env` set.
+///
+/// Errors: cargo cannot be run, or the bench exits non-zero.
+fn cargo_run_bench(bench_args: &[String], env: &[(&str, String)]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     eprintln!("bench: building kafkit-bench (release; the first build takes several minutes)...");
     let status = Command::new(cargo)
@@ -48,22 +112,35 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
             "kafkit-bench",
             "--",
         ])
-        .args(&bench_args)
-        .status();
-
-    if let Some((b, Started::Spawned)) = &broker {
-        if let Err(e) = b.stop() {
-            eprintln!("bench: could not stop the broker: {e}");
-        } else {
-            b.forget();
-        }
-    }
-    let status = status.map_err(|e| format!("cannot run cargo: {e}"))?;
+        .args(bench_args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if status.success() {
         Ok(())
     } else {
         Err(format!("the bench failed ({status})"))
     }
+}
+
+/// Whether `name` is among the arguments (`--name value` or `--name=value`).
+fn has_option(args: &[String], name: &str) -> bool {
+    args.iter()
+        .any(|a| a == name || a.strip_prefix(name).is_some_and(|r| r.starts_with('=')))
+}
+
+/// The value of `--name value` or `--name=value`, the last one given.
+fn option_value(args: &[String], name: &str) -> Option<String> {
+    let mut value = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == name {
+            value = it.next().cloned();
+        } else if let Some(v) = a.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+            value = Some(v.to_string());
+        }
+    }
+    value
 }
 
 /// Whether the tansu case is selected: no `--cases`, or a `--cases` list naming `tansu`.
@@ -82,7 +159,7 @@ fn needs_tansu(args: &[String]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::needs_tansu;
+    use super::{has_option, needs_tansu, option_value};
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(ToString::to_string).collect()
@@ -96,5 +173,16 @@ mod tests {
         assert!(needs_tansu(&args(&["--cases=tansu"])));
         assert!(!needs_tansu(&args(&["--cases", "mock,wide"])));
         assert!(!needs_tansu(&args(&["--cases=wide"])));
+    }
+
+    #[test]
+    fn options_are_found_in_both_spellings() {
+        let a = args(&["--records", "10", "--clients=ours", "--bootstrap", "h:1"]);
+        assert!(has_option(&a, "--bootstrap"));
+        assert!(!has_option(&a, "--java-cp"));
+        assert!(!has_option(&args(&["--bootstrapx"]), "--bootstrap"));
+        assert_eq!(option_value(&a, "--clients").as_deref(), Some("ours"));
+        assert_eq!(option_value(&a, "--records").as_deref(), Some("10"));
+        assert_eq!(option_value(&a, "--rounds"), None);
     }
 }

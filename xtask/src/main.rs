@@ -62,7 +62,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run a benchmark that compares this project with librdkafka (release build).
+    /// Run a benchmark that compares this project with librdkafka or the Java client (release
+    /// build).
     Bench {
         #[command(subcommand)]
         which: BenchKind,
@@ -145,6 +146,17 @@ enum BenchKind {
     Consumer {
         /// Arguments passed to the bench (see `cargo run -p kafkit-bench -- consumer --help`),
         /// e.g. `--repeat 3`, `--partitions 48`, `--cases mock`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// ShareReader against the Java client's KafkaShareConsumer (KIP-932 share groups): a topic
+    /// of 1,000,000 records of 100 bytes over 12 partitions filled once, read by one
+    /// implicit-mode member of a new share group per client and round (5 rounds, the clients
+    /// alternating), on a one-node Apache Kafka 4.4 (started on a free port unless
+    /// `--bootstrap HOST:PORT` is given); builds the Java peer; prints Markdown tables.
+    Share {
+        /// Arguments passed to the bench (see `cargo run -p kafkit-bench -- share --help`),
+        /// e.g. `--rounds 7`, `--records 200000`, `--clients java,ours`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -251,6 +263,9 @@ fn main() {
         Command::Bench {
             which: BenchKind::Consumer { args },
         } => bench::run("consumer", &args),
+        Command::Bench {
+            which: BenchKind::Share { args },
+        } => bench::run_share(&args),
         Command::Fuzz {
             seconds,
             runs,

@@ -418,7 +418,7 @@ struct Row {
 }
 
 /// The 1-minute load average.
-fn load_now() -> f64 {
+pub(crate) fn load_now() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
@@ -526,6 +526,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                         records,
                         args.value_size,
                         linger,
+                        1_000_000,
                     ))
                 })
                 .and_then(|batch_records| match case {
@@ -685,15 +686,17 @@ fn run_groups(
     rows
 }
 
-/// Fills `topic` with the Writer: record `i` to partition `i % partitions`. Returns the mean
-/// records per batch.
-async fn fill(
+/// Fills `topic` with the Writer: record `i` to partition `i % partitions`, batches of at most
+/// `batch_size` bytes (and 10,000 records). Returns the mean records per batch. The share bench
+/// fills its topic with it too.
+pub(crate) async fn fill(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
     records: u64,
     value_size: usize,
     linger: Duration,
+    batch_size: usize,
 ) -> Result<f64, String> {
     use kafkit::{Acks, Compression, ProducerRecord, Transport, Writer};
 
@@ -709,7 +712,7 @@ async fn fill(
         .enable_idempotence(false)
         .compression(Compression::None)
         .linger(linger)
-        .batch_size(1_000_000)
+        .batch_size(batch_size)
         .batch_max_records(10_000)
         .on_completion(move |_, error| {
             if let Some(e) = error {
@@ -775,7 +778,7 @@ fn check_fill(
 }
 
 /// The median of `v` (sorted in place); NaN when empty.
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

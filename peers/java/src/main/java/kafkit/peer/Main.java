@@ -2,9 +2,11 @@ package kafkit.peer;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.BitSet;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
@@ -29,7 +31,10 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.errors.WakeupException;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -55,6 +60,23 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *       acknowledgements failed, and {@code closed} (with the {@code count} of records) after
  *       {@code close}, which comes with {@code close} on stdin, stdin's end, a poll that
  *       brought the total to {@code --max-records}, or {@code --idle-ms} without a record.
+ *   <li>{@code share-bench --bootstrap B --group G --topic T --partitions P --records N
+ *       [--value-size B] [--warmup-records K] [--max-poll-records N] [--fetch-max-wait-ms N]
+ *       [--fetch-min-bytes N] [--fetch-max-bytes N] [--stall-ms N] [--broker-pid PID]}:
+ *       kafkit-bench's share
+ *       bench (bench/src/share/): one implicit-mode share group member (byte-array
+ *       deserializers) reads until N records came, checking each (its partition below P, its
+ *       offset not seen before, its value B bytes), then commits and closes. The measured
+ *       window opens when a poll first brings the count past K (default 0: the first poll
+ *       with records; the window counts that poll's records) and closes after the poll that
+ *       brings it to N; prints one {@code share-bench} event with the window's {@code
+ *       records}, {@code wall_ns} (System.nanoTime) and {@code cpu_ns} (the JVM process's CPU
+ *       time, every thread: the application thread, the network thread, JIT and GC), the
+ *       {@code polls} in it, {@code bad} records, {@code redelivered} ones (delivery count
+ *       above 1), {@code to_first_ms} (from subscribe to the first record) and {@code
+ *       share_fetches} (the client's {@code fetch-total} metric, over the member's life) and,
+ *       with {@code --broker-pid}, {@code broker_cpu_ms} (that process's CPU time over the
+ *       window, from {@code /proc/PID/stat}; -1 without).
  *   <li>{@code produce --bootstrap B --topic T --count N [--prefix P] [--partition N]
  *       [--compression none|gzip|snappy|lz4|zstd]}: writes values {@code P-0 .. P-(N-1)} in one
  *       linger window; prints {@code produced} per record, then {@code done}.
@@ -82,6 +104,7 @@ public final class Main {
             switch (argv[0]) {
                 case "consume-group" -> consumeGroup(args);
                 case "share-consume" -> shareConsume(args);
+                case "share-bench" -> shareBench(args);
                 case "produce" -> produce(args);
                 case "produce-txn" -> produceTxn(args);
                 case "consume" -> consume(args, args.getOrDefault("isolation", "read_uncommitted"));
@@ -232,6 +255,124 @@ public final class Main {
         emit("closed", "count", count);
     }
 
+    static void shareBench(Map<String, String> args) {
+        Properties p = common(args);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, need(args, "group"));
+        p.put(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG, "implicit");
+        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, args.getOrDefault("max-poll-records", "500"));
+        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, args.getOrDefault("fetch-max-wait-ms", "500"));
+        p.put(ConsumerConfig.FETCH_MIN_BYTES_CONFIG, args.getOrDefault("fetch-min-bytes", "1"));
+        p.put(ConsumerConfig.FETCH_MAX_BYTES_CONFIG,
+                args.getOrDefault("fetch-max-bytes", Integer.toString(50 * 1024 * 1024)));
+        int partitions = Integer.parseInt(need(args, "partitions"));
+        long records = Long.parseLong(need(args, "records"));
+        long warmup = Long.parseLong(args.getOrDefault("warmup-records", "0"));
+        int valueSize = Integer.parseInt(args.getOrDefault("value-size", "100"));
+        long stallMs = Long.parseLong(args.getOrDefault("stall-ms", "60000"));
+        long brokerPid = Long.parseLong(args.getOrDefault("broker-pid", "0"));
+        long broker0 = -1;
+        long brokerCpu = -1;
+        com.sun.management.OperatingSystemMXBean os =
+                (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        BitSet[] seen = new BitSet[partitions];
+        for (int i = 0; i < partitions; i++) {
+            seen[i] = new BitSet();
+        }
+        long count = 0;
+        long bad = 0;
+        long redelivered = 0;
+        long polls = 0;
+        long windowFrom = -1;
+        long t0 = 0;
+        long cpu0 = 0;
+        long wall = 0;
+        long cpu = 0;
+        long shareFetches = -1;
+        long subscribed = System.nanoTime();
+        long firstRecord = -1;
+        try (KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(
+                p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            consumer.subscribe(List.of(need(args, "topic")));
+            long last = System.currentTimeMillis();
+            while (count < records) {
+                ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofSeconds(1));
+                int n = batch.count();
+                if (n == 0) {
+                    if (System.currentTimeMillis() - last > stallMs) {
+                        throw new IllegalStateException("no record for " + stallMs + " ms after "
+                                + count + " of " + records);
+                    }
+                    continue;
+                }
+                last = System.currentTimeMillis();
+                if (firstRecord < 0) {
+                    firstRecord = System.nanoTime();
+                }
+                if (windowFrom < 0 && count + n > warmup) {
+                    windowFrom = count;
+                    t0 = System.nanoTime();
+                    cpu0 = os.getProcessCpuTime();
+                    broker0 = processCpuMs(brokerPid);
+                }
+                if (windowFrom >= 0) {
+                    polls++;
+                }
+                for (ConsumerRecord<byte[], byte[]> r : batch) {
+                    int part = r.partition();
+                    long offset = r.offset();
+                    byte[] v = r.value();
+                    if (part < 0 || part >= partitions || offset < 0 || offset > Integer.MAX_VALUE
+                            || seen[part].get((int) offset) || v == null || v.length != valueSize) {
+                        bad++;
+                    } else {
+                        seen[part].set((int) offset);
+                    }
+                    if (r.deliveryCount().orElse((short) 1) > 1) {
+                        redelivered++;
+                    }
+                }
+                count += n;
+                if (count >= records) {
+                    wall = System.nanoTime() - t0;
+                    cpu = os.getProcessCpuTime() - cpu0;
+                    long broker1 = processCpuMs(brokerPid);
+                    if (broker0 >= 0 && broker1 >= 0) {
+                        brokerCpu = broker1 - broker0;
+                    }
+                }
+            }
+            for (Map.Entry<MetricName, ? extends Metric> m : consumer.metrics().entrySet()) {
+                if (m.getKey().name().equals("fetch-total")
+                        && m.getKey().group().endsWith("fetch-manager-metrics")
+                        && m.getValue().metricValue() instanceof Number v) {
+                    shareFetches = v.longValue();
+                }
+            }
+            commit(consumer);
+        }
+        emit("share-bench", "records", count - windowFrom, "wall_ns", wall, "cpu_ns", cpu,
+                "polls", polls, "bad", bad + Math.max(0, count - records), "redelivered", redelivered,
+                "to_first_ms", (firstRecord - subscribed) / 1_000_000, "share_fetches", shareFetches,
+                "broker_cpu_ms", brokerCpu);
+    }
+
+    /**
+     * The CPU time (user + system, ms) process {@code pid} has used, from /proc/PID/stat (clock
+     * ticks of 10 ms); -1 when unreadable or pid is 0. kafkit-bench reads it the same way.
+     */
+    static long processCpuMs(long pid) {
+        if (pid <= 0) {
+            return -1;
+        }
+        try {
+            String stat = java.nio.file.Files.readString(java.nio.file.Path.of("/proc/" + pid + "/stat"));
+            String[] f = stat.substring(stat.lastIndexOf(')') + 2).trim().split("\\s+");
+            return (Long.parseLong(f[11]) + Long.parseLong(f[12])) * 10;
+        } catch (Exception e) {
+            return -1;
+        }
+    }
+
     static void produce(Map<String, String> args) throws Exception {
         Properties p = common(args);
         p.put(ProducerConfig.ACKS_CONFIG, "all");
@@ -356,7 +497,7 @@ public final class Main {
         }
     }
 
-    static void commit(KafkaShareConsumer<String, String> consumer) {
+    static void commit(KafkaShareConsumer<?, ?> consumer) {
         Map<TopicIdPartition, Optional<KafkaException>> outcomes;
         try {
             outcomes = consumer.commitSync(Duration.ofSeconds(10));

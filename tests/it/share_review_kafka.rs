@@ -387,37 +387,63 @@ async fn poll_keeps_its_timeout_when_the_broker_stops_answering() {
     );
 }
 
-/// Implicit mode, `max_poll_records(1)`, one ShareFetch acquiring 10 records: each poll
-/// accepts the record of the poll before, but while fetched records wait to be handed out
-/// the acceptances are not sent: they only ride on the next ShareFetch, which goes once
-/// every fetched record was handed out. Java sends them at poll time with a ShareAcknowledge
-/// when it hands out buffered records without fetching (share-java-research.md §3).
-/// Expected: after 6 polls ~300 ms apart, the broker took the first acceptances. Before the fix:
-/// `acknowledgements_sent` 0 (nothing sent). Code: `poll` (share/mod.rs) returns from
-/// `ready` before `send_all`; `send_all` is the only sender during polls.
+/// Implicit mode, `max_poll_records(1)`, one ShareFetch acquiring 10 records (a 15 s lock):
+/// each poll accepts the record of the poll before and hands out one of those fetched. While
+/// the locks are fresh the acceptances wait for the next ShareFetch to ride on (no request of
+/// their own: in the common case it is milliseconds away); once half the lock is gone, the
+/// next poll sends them with a ShareAcknowledge. Before the fix they waited for the next
+/// ShareFetch whatever the locks said (`acknowledgements_sent` 0 after the locks ran out), and
+/// the first fix (a ShareAcknowledge at every poll handing out fetched records) doubled the
+/// requests of `kafkit-bench share` and halved its records/s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acceptances_go_at_the_poll_that_makes_them() {
-    let (topic, group) = topic_and_group("share-rv-ackdelay", 1).await;
+async fn acceptances_go_before_their_locks_are_half_gone() {
+    let (topic, group) = topic_and_group_with(
+        "share-rv-ackdelay",
+        1,
+        &[("share.record.lock.duration.ms", "15000")],
+    )
+    .await;
     write(&topic, 1, 10).await;
     let mut r = ShareReader::builder(transport(), group.as_str())
         .topics([topic.as_str()])
         .max_poll_records(1)
         .build()
         .expect("share reader");
-    poll_n(&mut r, 1).await;
+    let first = poll_n(&mut r, 1).await;
+    let lock_deadline = first[0].acquisition_lock_deadline();
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let got = bounded(r.poll(Duration::from_secs(1))).await.expect("poll");
         assert_eq!(got.len(), 1);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = bounded(r.poll(Duration::from_secs(1))).await.expect("poll");
-    let stats = r.stats();
-    r.close(Duration::from_secs(10)).await.expect("close");
-    assert!(
-        stats.acknowledgements_sent >= 3,
-        "6 records accepted by later polls, none sent: {stats:?}"
+    let fresh = r.stats();
+    assert_eq!(
+        (
+            fresh.share_acknowledge_requests,
+            fresh.acknowledgements_sent
+        ),
+        (0, 0),
+        "fresh locks: the acceptances wait for a ShareFetch: {fresh:?}"
     );
+    // Past half the lock (7.5 s of 15 s), the next poll sends what the polls accepted.
+    let half = lock_deadline - Duration::from_millis(7_000);
+    tokio::time::sleep_until(Instant::from_std(half)).await;
+    let got = bounded(r.poll(Duration::from_secs(1))).await.expect("poll");
+    assert_eq!(got.len(), 1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while r.stats().acknowledgements_sent < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "sent once the locks were half gone: {:?}",
+            r.stats()
+        );
+        // A poll reads the ShareAcknowledge's answer (and hands out one more record).
+        let _ = bounded(r.poll(Duration::from_millis(100)))
+            .await
+            .expect("poll");
+    }
+    assert!(std::time::Instant::now() < lock_deadline, "within the lock");
+    r.close(Duration::from_secs(10)).await.expect("close");
 }
 
 /// The consequence of the above: the lock (15 s, the least Kafka allows) runs out on records

@@ -238,12 +238,21 @@ pub(crate) struct PartAcks {
     renewed: Runs,
     /// Acknowledged (or gaps), waiting to be sent, with their wire types.
     pending: Runs,
+    /// The earliest acquisition lock deadline of the records handed out since the state was
+    /// last idle: how long the acknowledgements may wait for a ShareFetch to ride on.
+    deadline: Option<std::time::Instant>,
 }
 
 impl PartAcks {
-    /// A record handed to the application.
-    pub(crate) fn deliver(&mut self, offset: i64) {
+    /// A record handed to the application, its lock running out at `deadline`.
+    pub(crate) fn deliver(&mut self, offset: i64, deadline: std::time::Instant) {
         self.delivered.set(offset, offset, 0);
+        self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
+    }
+
+    /// Whether acknowledgements wait whose records' locks run out before `before`.
+    pub(crate) fn is_urgent(&self, before: std::time::Instant) -> bool {
+        self.has_pending() && self.deadline.is_some_and(|d| d <= before)
     }
 
     /// An acquired offset with no record to hand out: acknowledged as a gap.
@@ -329,6 +338,9 @@ impl PartAcks {
         for r in runs.iter().filter(|r| r.ty == RENEW) {
             self.renewed.set(r.first, r.last, 0);
         }
+        if self.delivered.is_empty() && self.renewed.is_empty() {
+            self.deadline = None;
+        }
         Outgoing {
             ranges: ranges(&runs),
             runs,
@@ -368,6 +380,10 @@ mod tests {
             .iter()
             .flat_map(|r| (r.first..=r.last).map(move |o| (o, r.ty)))
             .collect()
+    }
+
+    fn far() -> std::time::Instant {
+        std::time::Instant::now() + std::time::Duration::from_secs(30)
     }
 
     fn runs(r: &Runs) -> Vec<(i64, i64, i8)> {
@@ -450,8 +466,8 @@ mod tests {
     #[test]
     fn only_handed_out_records_are_acknowledged_and_renewed_ones_stay_held() {
         let mut p = PartAcks::default();
-        p.deliver(1);
-        p.deliver(2);
+        p.deliver(1, far());
+        p.deliver(2, far());
         p.gap(3);
         assert_eq!(p.unacknowledged(), 2);
         assert!(
@@ -484,22 +500,45 @@ mod tests {
     #[test]
     fn implicit_accepts_and_close_releases_what_is_held() {
         let mut p = PartAcks::default();
-        p.deliver(5);
-        p.deliver(6);
+        p.deliver(5, far());
+        p.deliver(6, far());
         assert_eq!(p.accept_delivered(), 2);
-        p.deliver(7);
+        p.deliver(7, far());
         p.acknowledge(7, AcknowledgeType::Renew).unwrap();
         let _ = p.take();
-        p.deliver(8);
+        p.deliver(8, far());
         p.release_held();
         assert_eq!(pairs(&p.take()), vec![(7, 2), (8, 2)]);
+    }
+
+    /// Acknowledgements are urgent once the earliest lock of their records is near.
+    #[test]
+    fn urgency_follows_the_earliest_lock_until_the_state_is_idle() {
+        let now = std::time::Instant::now();
+        let mut p = PartAcks::default();
+        p.deliver(1, now + std::time::Duration::from_secs(10));
+        p.deliver(2, now + std::time::Duration::from_secs(20));
+        assert!(
+            !p.is_urgent(now + std::time::Duration::from_secs(15)),
+            "nothing pending"
+        );
+        p.accept_delivered();
+        assert!(p.is_urgent(now + std::time::Duration::from_secs(15)));
+        assert!(!p.is_urgent(now + std::time::Duration::from_secs(5)));
+        let _ = p.take();
+        p.deliver(3, now + std::time::Duration::from_secs(40));
+        p.accept_delivered();
+        assert!(
+            !p.is_urgent(now + std::time::Duration::from_secs(15)),
+            "the old lock is done with"
+        );
     }
 
     #[test]
     fn refused_acknowledgements_go_back_unless_replaced() {
         let mut p = PartAcks::default();
-        p.deliver(1);
-        p.deliver(2);
+        p.deliver(1, far());
+        p.deliver(2, far());
         p.acknowledge(1, AcknowledgeType::Accept).unwrap();
         p.acknowledge(2, AcknowledgeType::Renew).unwrap();
         let out = p.take();

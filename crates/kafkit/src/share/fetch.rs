@@ -188,10 +188,17 @@ impl Fetcher {
 
     /// Starts a request to every broker that has none in flight and has partitions to fetch
     /// or acknowledgements to send. `fetch`: whether to fetch (false on commit and close: only
-    /// acknowledgements go).
-    pub(crate) async fn send_all(&mut self, shared: &Shared, fetch: bool) {
+    /// acknowledgements go). `urgent_before`: only the acknowledgements whose records' locks
+    /// run out before it (a poll handing out fetched records: the rest ride on the next
+    /// ShareFetch).
+    pub(crate) async fn send_all(
+        &mut self,
+        shared: &Shared,
+        fetch: bool,
+        urgent_before: Option<std::time::Instant>,
+    ) {
         let wanted = self.wanted();
-        let pending = self.pending_by_broker(shared);
+        let pending = self.pending_by_broker(shared, urgent_before);
         let mut nodes: BTreeSet<i32> = pending.keys().copied().collect();
         if fetch {
             nodes.extend(wanted.keys().copied());
@@ -309,12 +316,15 @@ impl Fetcher {
     }
 
     /// The partitions with acknowledgements to send, by leader.
-    fn pending_by_broker(&self, shared: &Shared) -> HashMap<i32, Vec<Tip>> {
+    fn pending_by_broker(
+        &self,
+        shared: &Shared,
+        urgent_before: Option<std::time::Instant>,
+    ) -> HashMap<i32, Vec<Tip>> {
         let mut out: HashMap<i32, Vec<Tip>> = HashMap::new();
         for (t, a) in shared.acks().iter() {
-            if a.has_pending()
-                && let Some(l) = self.leaders.get(t)
-            {
+            let due = urgent_before.map_or(a.has_pending(), |b| a.is_urgent(b));
+            if due && let Some(l) = self.leaders.get(t) {
                 out.entry(*l).or_default().push(*t);
             }
         }
@@ -655,7 +665,7 @@ impl Fetcher {
     /// the connections.
     pub(crate) async fn close_sessions(&mut self, shared: &Shared, deadline: Instant) {
         self.drain(shared, deadline).await;
-        let pending = self.pending_by_broker(shared);
+        let pending = self.pending_by_broker(shared, None);
         let nodes: Vec<i32> = self.brokers.keys().copied().collect();
         for node in nodes {
             let b = self.brokers.get_mut(&node).expect("listed");

@@ -360,9 +360,16 @@ impl ShareReader {
             self.polling();
             self.fetcher.read_answers(&self.shared);
             if !self.fetcher.ready.is_empty() {
-                // What this poll settled goes now, not after the records fetched are all
-                // handed out: their locks run meanwhile (Java sends it at poll time too).
-                let _ = timeout_at(deadline, self.fetcher.send_all(&self.shared, false)).await;
+                // Handed out from what was fetched earlier, with no ShareFetch now for the
+                // acknowledgements to ride on: those whose locks are half gone go at once
+                // (a ShareAcknowledge), the others with the next ShareFetch, usually
+                // milliseconds away (one request per fetch, not two, in the common case).
+                let urgent = self.urgent_before();
+                let _ = timeout_at(
+                    deadline,
+                    self.fetcher.send_all(&self.shared, false, Some(urgent)),
+                )
+                .await;
                 return Ok(self.hand_out(max));
             }
             self.check()?;
@@ -372,7 +379,7 @@ impl ShareReader {
             if let Ok(Err(e)) = timeout_at(deadline, self.fetcher.route(&self.shared)).await {
                 tracing::debug!(error = %e, "share reader: no metadata yet");
             }
-            let _ = timeout_at(deadline, self.fetcher.send_all(&self.shared, true)).await;
+            let _ = timeout_at(deadline, self.fetcher.send_all(&self.shared, true, None)).await;
             if !self.fetcher.in_flight() {
                 // Nothing assigned (yet): wait for the member's next assignment.
                 let wait = (Instant::now() + self.shared.config.retry_backoff).min(deadline);
@@ -389,6 +396,17 @@ impl ShareReader {
                 return Ok(Vec::new());
             }
         }
+    }
+
+    /// Acknowledgements of records whose locks run out before this are sent at once: half the
+    /// acquisition lock timeout from now (30 s when no broker said yet).
+    fn urgent_before(&self) -> std::time::Instant {
+        let lock = self
+            .shared
+            .state()
+            .lock_timeout
+            .unwrap_or(Duration::from_secs(30));
+        std::time::Instant::now() + lock / 2
     }
 
     /// The application is in a poll: the member's stall clock starts again (a poll longer than
@@ -454,7 +472,7 @@ impl ShareReader {
         while let Some(first) = out.get(i) {
             let part = acks.entry(first.tip).or_default();
             while let Some(r) = out.get(i).filter(|r| r.tip == first.tip) {
-                part.deliver(r.offset);
+                part.deliver(r.offset, r.lock_deadline);
                 i += 1;
             }
         }
@@ -516,7 +534,7 @@ impl ShareReader {
                 return;
             }
             let _ = timeout_at(deadline, self.fetcher.route(&self.shared)).await;
-            let _ = timeout_at(deadline, self.fetcher.send_all(&self.shared, false)).await;
+            let _ = timeout_at(deadline, self.fetcher.send_all(&self.shared, false, None)).await;
             if !self.fetcher.in_flight() {
                 // Nowhere to send what is pending yet (no leader known): try again shortly.
                 let wait = (Instant::now() + self.shared.config.retry_backoff).min(deadline);
@@ -583,7 +601,9 @@ impl ShareReader {
     fn release_all(&mut self) {
         let mut acks = self.shared.acks();
         for r in self.fetcher.ready.drain(..) {
-            acks.entry(r.tip).or_default().deliver(r.offset);
+            acks.entry(r.tip)
+                .or_default()
+                .deliver(r.offset, r.lock_deadline);
         }
         acks.values_mut().for_each(acks::PartAcks::release_held);
     }

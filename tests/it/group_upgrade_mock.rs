@@ -34,6 +34,25 @@ pub(crate) fn revoked(m: &Member) -> Vec<BTreeSet<Tp>> {
         .collect()
 }
 
+/// The `on_partitions_revoked` events alone (a leave may not revoke; a lost session is apart).
+fn revoked_only(m: &Member) -> Vec<BTreeSet<Tp>> {
+    m.events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Revoked(p) => Some(p.into_iter().collect()),
+            Event::Lost(_) | Event::Assigned(_) => None,
+        })
+        .collect()
+}
+
+/// How many `on_partitions_lost` events.
+fn lost(m: &Member) -> usize {
+    m.events()
+        .iter()
+        .filter(|e| matches!(e, Event::Lost(_)))
+        .count()
+}
+
 pub(crate) fn protocol(m: &Member) -> String {
     m.stats().protocol.unwrap_or_default()
 }
@@ -86,12 +105,20 @@ async fn mixed_assignors_follow_the_cooperative_protocol_the_group_chose() {
         again, split3[2],
         "a and b revoked only what c got: {ra:?} {rb:?}"
     );
+    let (qa, qb) = (revoked_only(&a).len(), revoked_only(&b).len());
     c.close().await;
+    let (la, lb) = (lost(&a), lost(&b));
     let split2 = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
-    assert!(split3[0].is_subset(&split2[0]) && split3[1].is_subset(&split2[1]));
+    // A member whose heartbeats a loaded machine held past its 2 s session loses its
+    // partitions (the mock drops it: `on_partitions_lost`, then it joins again); that says
+    // nothing of the protocol. Without it, the stayers keep all they had (the gate of
+    // b04e829 saw b lose once while 40 other tests ran).
+    if (lost(&a), lost(&b)) == (la, lb) {
+        assert!(split3[0].is_subset(&split2[0]) && split3[1].is_subset(&split2[1]));
+    }
     assert_eq!(
-        (revoked(&a).len(), revoked(&b).len()),
-        (ra.len(), rb.len()),
+        (revoked_only(&a).len(), revoked_only(&b).len()),
+        (qa, qb),
         "the leave revoked nothing from the members that stay"
     );
     a.close().await;

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use std::sync::{Arc, Mutex};
 
+use base64::Engine as _;
+
 use integration_tests::kafka_cluster::KafkaCluster;
 use integration_tests::{create_topic, create_topic_replicated, kafka, unique_topic};
 use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic};
@@ -542,6 +544,17 @@ async fn share_fetch_goes_to_every_leader_at_once_one_request_each() {
     }
 }
 
+/// Which node a fault test kills.
+#[derive(Clone, Copy, Debug)]
+enum Victim {
+    /// The group coordinator's (FindCoordinator, key type GROUP).
+    GroupCoordinator,
+    /// The share coordinator's of the topic's partition 0 (FindCoordinator, key type SHARE,
+    /// key `group:topic id:partition`: it keeps the share-partition's state,
+    /// `__share_group_state`).
+    ShareCoordinator,
+}
+
 /// On the three-node cluster, the node that coordinates the group (and leads some of the
 /// partitions) is killed while a member reads, and started again: the member finds the new
 /// coordinator and leaders and reads on. Every record written before, during and after is
@@ -549,6 +562,18 @@ async fn share_fetch_goes_to_every_leader_at_once_one_request_each() {
 /// failed (the dead leader held its lock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_coordinators_node_killed_and_restarted_loses_nothing() {
+    kill_and_restart_while_reading(Victim::GroupCoordinator).await;
+}
+
+/// As above, the node of the share coordinator that keeps partition 0's share state killed
+/// and restarted: the partitions' leaders persist acknowledgements through another one, and
+/// nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_share_coordinators_node_killed_and_restarted_loses_nothing() {
+    kill_and_restart_while_reading(Victim::ShareCoordinator).await;
+}
+
+async fn kill_and_restart_while_reading(victim: Victim) {
     let cluster = KafkaCluster::acquire().await;
     let t = cluster_transport(&cluster);
     let topic = unique_topic("share-kill3");
@@ -578,10 +603,17 @@ async fn the_coordinators_node_killed_and_restarted_loses_nothing() {
         }
     };
     read(poll_n(&mut r, 100).await, &mut seen);
-    let coordinator = t
-        .coordinator(CoordinatorType::Group, &group)
-        .await
-        .expect("coordinator");
+    let coordinator = match victim {
+        Victim::GroupCoordinator => t.coordinator(CoordinatorType::Group, &group).await,
+        Victim::ShareCoordinator => {
+            let md = t.metadata_for(&[topic.as_str()]).await.expect("metadata");
+            let id = md.topic(&topic).expect("topic").topic_id;
+            let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.0);
+            t.coordinator(CoordinatorType::Share, &format!("{group}:{id}:0"))
+                .await
+        }
+    }
+    .expect("coordinator");
     cluster.kill(coordinator).await;
     values.extend(write_on(&t, &topic, 6, 50, "during").await);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);

@@ -139,6 +139,7 @@ mod ops;
 pub mod properties;
 mod reader;
 mod share;
+pub mod telemetry;
 mod time;
 mod tls;
 pub mod transact;

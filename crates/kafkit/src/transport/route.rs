@@ -185,6 +185,9 @@ simple_routes! {
     AddRaftVoterRequest => any;
     RemoveRaftVoterRequest => any;
     UnregisterBrokerRequest => any;
+    // KIP-714 client metrics (crate::telemetry).
+    GetTelemetrySubscriptionsRequest => any;
+    PushTelemetryRequest => any;
     // The controller.
     CreateTopicsRequest => controller, items = meta::create_topics_items;
     DeleteTopicsRequest => controller, items = meta::delete_topics_items;

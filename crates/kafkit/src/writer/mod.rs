@@ -32,6 +32,7 @@ mod router;
 mod sender;
 mod settle;
 mod stats;
+mod telemetry;
 mod txn;
 mod txn_state;
 

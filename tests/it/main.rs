@@ -85,6 +85,7 @@ mod share_java_kafka;
 mod share_kafka;
 mod share_review_kafka;
 mod soak;
+mod telemetry_mock;
 mod tls_shared;
 mod transact_mock;
 mod transport_mock;

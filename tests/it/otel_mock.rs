@@ -17,9 +17,12 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 const GUARD: Duration = Duration::from_secs(30);
 
-/// Every `kafkit::otel` span made: its name and fields (values as strings).
+/// One span: its id, name and fields (values as strings).
+type Made = (Id, &'static str, HashMap<String, String>);
+
+/// Every `kafkit::otel` span made.
 #[derive(Clone, Default)]
-struct Spans(Arc<Mutex<Vec<(Id, &'static str, HashMap<String, String>)>>>);
+struct Spans(Arc<Mutex<Vec<Made>>>);
 
 struct Fields<'a>(&'a mut HashMap<String, String>);
 

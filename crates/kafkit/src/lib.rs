@@ -185,6 +185,7 @@ pub use kafkit_protocol::records::{Record, RecordHeader};
 /// (`kafkit-sasl`).
 pub use kafkit_sasl as sasl;
 pub use ops::offsets::{ConsumerGroupMetadata, IsolationLevel, ListedOffset, OffsetSpec};
+pub use ops::otel::{OTEL_SEMCONV_VERSION, OTEL_TARGET, TraceParent};
 pub use properties::{Properties, PropertyError};
 pub use reader::{
     AutoOffsetReset, ConsumerRecord, FetchState, PartitionRecords, PartitionStats, Position,

@@ -74,6 +74,23 @@ impl CommitRequest {
     }
 }
 
+/// Ends a `commit` span (`ops/otel.rs`): `error.type` is the first partition's error code,
+/// or the failure's, when the commit did not go through.
+pub(crate) fn end_commit_span<T>(span: &tracing::Span, r: &Result<(OffsetCommitResponse, T)>) {
+    let code = match r {
+        Ok((resp, _)) => resp
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.error_code)
+            .find(|c| *c != ErrorCode::NONE),
+        Err(e) => Some(e.error_code().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)),
+    };
+    if let Some(code) = code {
+        crate::ops::otel::record_error(span, Some(code));
+    }
+}
+
 /// The OffsetCommit of `offsets` for `group_id` as `who` (generation or member epoch).
 ///
 /// Errors: [`Error::InvalidArgument`] for an empty list.

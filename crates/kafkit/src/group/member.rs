@@ -29,6 +29,7 @@ use super::shared::{Command, Shared, Step, Tp};
 use crate::conn::Conn;
 use crate::error::group::GroupError;
 use crate::error::{Error, Result};
+use crate::ops::otel;
 
 /// The member should stop (closed by the application, or the facade is gone).
 #[derive(Debug)]
@@ -860,18 +861,40 @@ impl Member {
             };
             let send = self.coord.send_at(node, conn, req_msg, version);
             let span = tracing::debug_span!("commit", group = %self.shared.config.group_id, partitions = offsets.len(), version);
+            let otel_span = self.commit_otel_span(node, &offsets);
             self.commits.spawn(tracing::Instrument::instrument(
                 async move {
                     let r = send.await.map(|(_, mut r)| {
                         commit::name_commit_answer(&mut r, &ids);
                         (r, ids)
                     });
+                    commit::end_commit_span(&otel_span, &r);
                     (req, offsets, r)
                 },
                 span,
             ));
         }
         self.deferred.extend(keep);
+    }
+
+    /// The `commit` span (OpenTelemetry's conventions, `ops/otel.rs`) of one OffsetCommit to
+    /// coordinator `node`: the topic when the commit names one, the partition when one.
+    fn commit_otel_span(&self, node: i32, offsets: &[commit::Offset]) -> tracing::Span {
+        if !tracing::enabled!(target: "kafkit::otel", tracing::Level::INFO) {
+            return tracing::Span::none();
+        }
+        let topic = offsets.first().map(|(t, _, _)| t.as_str());
+        let topic = topic.filter(|t| offsets.iter().all(|(o, _, _)| o == t));
+        let partition = (offsets.len() == 1).then(|| offsets[0].1);
+        let md = self.shared.transport.cached_metadata();
+        let md = md.as_deref();
+        let coordinator = md.and_then(|m| m.brokers.iter().find(|b| b.node_id == node));
+        let server = otel::Server {
+            address: coordinator.map(|b| b.host.as_str()),
+            port: coordinator.map(|b| i64::from(b.port)),
+            cluster_id: md.and_then(|m| m.cluster_id.as_deref()),
+        };
+        otel::commit_span(self.group_id(), topic, partition, server)
     }
 
     fn on_commit_answer(

@@ -834,8 +834,10 @@ impl GroupReader {
     /// half done is finished by the next call. For `max_poll_interval`, a dropped call polled
     /// until it was dropped.
     pub async fn next_batch(&mut self) -> Result<Vec<PartitionRecords>> {
+        let span = crate::ops::otel::poll_span(Some(&self.shared.config.group_id));
         let max = self.shared.reader_settings.0;
-        std::future::poll_fn(|cx| self.poll_batch(cx, max)).await
+        let out = std::future::poll_fn(|cx| self.poll_batch(cx, max)).await;
+        crate::reader::poll_ended(&span, out)
     }
 
     fn poll_batch(

@@ -11,6 +11,7 @@
 
 pub(crate) mod configs;
 pub(crate) mod offsets;
+pub(crate) mod otel;
 pub(crate) mod topics;
 pub(crate) mod versions;
 

@@ -352,8 +352,10 @@ impl Reader {
     /// Cancel safe: records are taken from the buffer only when the future completes; a
     /// dropped future loses nothing.
     pub async fn next_batch(&self) -> Result<Vec<PartitionRecords>> {
+        let span = crate::ops::otel::poll_span(None);
         let max = self.shared.config.max_poll_records;
-        let out = std::future::poll_fn(|cx| self.shared.poll_take(cx, max)).await?;
+        let out = std::future::poll_fn(|cx| self.shared.poll_take(cx, max)).await;
+        let out = poll_ended(&span, out)?;
         let n: usize = out.iter().map(|p| p.records.len()).sum();
         Counters::add(&self.shared.counters.delivered, n as u64);
         Ok(out)
@@ -468,6 +470,25 @@ impl futures_core::Stream for Reader {
             }
         }
     }
+}
+
+/// Ends a `poll` span (`ops/otel.rs`) with what the poll handed out: the record count and the
+/// topic (or `error.type`); the result passes through. The group member's `next_batch` ends
+/// its span here too.
+pub(crate) fn poll_ended(
+    span: &tracing::Span,
+    out: Result<Vec<PartitionRecords>>,
+) -> Result<Vec<PartitionRecords>> {
+    match &out {
+        Ok(parts) => crate::ops::otel::poll_done(
+            span,
+            parts
+                .iter()
+                .map(|p| (&*p.topic, p.partition, p.records.len())),
+        ),
+        Err(e) => crate::ops::otel::record_error(span, e.error_code()),
+    }
+    out
 }
 
 #[cfg(test)]

@@ -37,6 +37,29 @@ pub struct ConsumerRecord {
     pub headers: Vec<RecordHeader>,
 }
 
+impl ConsumerRecord {
+    /// The W3C `traceparent` the producer put in the record's headers; `None` when there is
+    /// none, more than one, or it is malformed.
+    pub fn traceparent(&self) -> Option<crate::ops::otel::TraceParent> {
+        crate::ops::otel::TraceParent::from_headers(&self.headers)
+    }
+
+    /// A `process {topic}` span for handling this record (OpenTelemetry's conventions: kind
+    /// CONSUMER, with its partition, offset and UTF-8 key, and `group` as
+    /// `messaging.consumer.group.name`); a disabled span, at the cost of a branch, when no
+    /// subscriber is interested in `kafkit::otel` at INFO. Enter it around the processing, and
+    /// link it to [`ConsumerRecord::traceparent`] in the OpenTelemetry layer.
+    pub fn process_span(&self, group: Option<&str>) -> tracing::Span {
+        crate::ops::otel::process_span(
+            group,
+            &self.topic,
+            self.partition,
+            self.offset,
+            self.key.as_deref(),
+        )
+    }
+}
+
 /// Where one record batch's records start in [`PartitionRecords::records`], with what they share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Span {

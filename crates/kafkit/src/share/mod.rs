@@ -517,11 +517,14 @@ impl ShareReader {
                 p.accept_delivered();
             });
         }
+        let span = crate::ops::otel::settle_span(&self.shared.config.group_id);
         // Outcomes are kept for the caller only while a commit runs (the callback sees all).
         self.fetcher.settled = Some(Vec::new());
         let deadline = Instant::now() + timeout;
         self.settle(deadline).await;
-        Ok(self.fetcher.settled.take().unwrap_or_default())
+        let settled = self.fetcher.settled.take().unwrap_or_default();
+        end_settle_span(&span, &settled);
+        Ok(settled)
     }
 
     /// Sends what is pending and waits for the answers, until nothing is pending or in flight,
@@ -683,5 +686,17 @@ impl Drop for ShareReader {
             self.shared.state().closing = true;
             self.shared.wake.notify_one();
         }
+    }
+}
+/// Ends a share `acknowledge` span (`ops/otel.rs`): the number of records acknowledged, and
+/// `error.type` from the first partition the broker refused.
+fn end_settle_span(span: &tracing::Span, settled: &[AcknowledgementCommit]) {
+    if span.is_disabled() {
+        return;
+    }
+    let count: usize = settled.iter().map(|c| c.offsets.len()).sum();
+    span.record("messaging.batch.message_count", count as i64);
+    if let Some(Err(e)) = settled.iter().map(|c| &c.result).find(|r| r.is_err()) {
+        crate::ops::otel::record_error(span, e.error_code());
     }
 }

@@ -93,6 +93,13 @@ impl ProducerRecord {
         self
     }
 
+    /// Carries `parent` in the record's `traceparent` header (W3C Trace Context), in place of
+    /// any already there, for the consumer's spans to link to the sender's.
+    pub fn traceparent(mut self, parent: &crate::ops::otel::TraceParent) -> Self {
+        parent.inject(&mut self.headers);
+        self
+    }
+
     /// Sets the create time (ms since the Unix epoch; a negative one is refused by `send` with
     /// `ProduceError::InvalidRecord`).
     pub fn timestamp(mut self, ms: i64) -> Self {

@@ -14,15 +14,16 @@ use kafkit_protocol::{ApiKey, VersionRange};
 use tracing::Instrument;
 
 use super::accumulator::{Ending, Plan, ProducerStatus, State};
-use super::batch::PartId;
+use super::batch::{Batch, Outcome, PartId};
 use super::encode::{build_request, encode_off_runtime, release_request_bytes};
 use super::inner::Inner;
-use super::lists::{RequestLists, SendError};
+use super::lists::{RequestLists, SendError, Verdict};
 use super::settle::{apply, judge, keep_lists};
 use crate::conn::Conn;
 use crate::conn::produce::Acks;
 use crate::error::Error;
 use crate::error::produce::ProduceError;
+use crate::ops::otel;
 use crate::transport::ConnKind;
 
 /// Broker `broker`'s plan at `now` (`State::plan_into`), with its request's batches in kept
@@ -353,6 +354,7 @@ async fn run_request(
             bytes = total,
             acks = config.acks.as_i16()
         );
+        let otel_spans = send_spans(&inner, broker, &lists.sent);
         let mut shutdown = inner.shutdown_rx();
         let mut answer = std::mem::take(&mut lists.answer);
         let result = tokio::select! {
@@ -370,6 +372,7 @@ async fn run_request(
         inner.panic_if_asked();
         let answered = result.as_ref().map(|&answered| answered.then_some(&answer));
         judge(&inner, broker, answered, &mut lists);
+        end_send_spans(otel_spans, &lists.verdicts);
         lists.answer = answer;
     }
     // The request's references to the batches' bytes go before the batches end, so that an
@@ -377,6 +380,45 @@ async fn run_request(
     release_request_bytes(&mut lists.produce);
     lists.parts = guard.disarm();
     apply(&inner, broker, lists);
+}
+
+/// The `send {topic}` span of each batch of a request (OpenTelemetry's conventions,
+/// `ops/otel.rs`), made before the request goes out; none, and no metadata look-up, when no
+/// subscriber is interested in `kafkit::otel`.
+fn send_spans(
+    inner: &Inner,
+    broker: i32,
+    sent: &[(PartId, Batch, bytes::Bytes)],
+) -> Vec<tracing::Span> {
+    if sent.is_empty() || !tracing::enabled!(target: "kafkit::otel", tracing::Level::INFO) {
+        return Vec::new();
+    }
+    let md = inner.transport.cached_metadata();
+    let md = md.as_deref();
+    let node = md.and_then(|m| m.brokers.iter().find(|b| b.node_id == broker));
+    let server = otel::Server {
+        address: node.map(|b| b.host.as_str()),
+        port: node.map(|b| i64::from(b.port)),
+        cluster_id: md.and_then(|m| m.cluster_id.as_deref()),
+    };
+    sent.iter()
+        .map(|(_, b, _)| otel::send_span(&b.shared.topic, b.shared.partition, b.count(), server))
+        .collect()
+}
+
+/// Ends [`send_spans`]' spans with each batch's verdict: `error.type` on a failed or retried
+/// batch (the verdicts come in the order of the batches sent).
+fn end_send_spans(spans: Vec<tracing::Span>, verdicts: &[(PartId, Batch, Verdict)]) {
+    for (span, (_, _, verdict)) in spans.iter().zip(verdicts) {
+        let error = match verdict {
+            Verdict::Done(Outcome::Written { .. }) => continue,
+            Verdict::Done(Outcome::Failed { error, .. })
+            | Verdict::Retry { error, .. }
+            | Verdict::Bump(error)
+            | Verdict::Split(error) => error,
+        };
+        otel::record_error(span, error.error_code());
+    }
 }
 
 /// Dials (pooled) and sends at the highest version both sides speak up to `max`; `Ok(true)`

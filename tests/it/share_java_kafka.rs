@@ -13,11 +13,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use integration_tests::{JavaPeer, create_topic, kafka, unique_topic};
-use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType};
+use super::share_kafka::{lags, topic_and_group, transport, write_on};
+use integration_tests::{JavaPeer, kafka};
 use kafkit::{
-    AcknowledgeType, AcknowledgementMode, Client, ProducerRecord, ShareReader, ShareRecord,
-    Transport, Writer,
+    AcknowledgeType, AcknowledgementMode, Client, ProducerRecord, ShareReader, ShareRecord, Writer,
 };
 use tokio::time::Instant;
 
@@ -31,44 +30,9 @@ const PARTITIONS: i32 = 12;
 /// Records written to each partition, per round.
 const PER_PARTITION: usize = 30;
 
-fn transport() -> Transport {
-    Transport::builder([kafka()]).build().expect("transport")
-}
-
-/// A topic of `partitions` and a share group reading it from the earliest offset.
-async fn topic_and_group(prefix: &str, partitions: i32) -> (String, String) {
-    let topic = unique_topic(prefix);
-    create_topic(&kafka(), &topic, partitions).await;
-    let group = unique_topic(&format!("g-{prefix}"));
-    let r = Client::new(transport())
-        .incremental_alter_configs(
-            &[(
-                ConfigResource::new(ConfigResourceType::Group, group.clone()),
-                vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")],
-            )],
-            false,
-        )
-        .await
-        .expect("IncrementalAlterConfigs");
-    assert!(r[0].1.is_ok(), "{r:?}");
-    (topic, group)
-}
-
 /// Writes `PER_PARTITION` records `<round>-p<partition>-<i>` to each partition.
 async fn write(topic: &str, round: &str) -> BTreeSet<String> {
-    let w = Writer::builder(transport()).build().expect("writer");
-    let mut values = BTreeSet::new();
-    let mut records = Vec::new();
-    for p in 0..PARTITIONS {
-        for i in 0..PER_PARTITION {
-            let v = format!("{round}-p{p}-{i}");
-            values.insert(v.clone());
-            records.push(ProducerRecord::new(topic, v).partition(p));
-        }
-    }
-    w.write(records).await.expect("written");
-    w.close(Duration::from_secs(10)).await.expect("close");
-    values
+    write_on(&transport(), topic, PARTITIONS, PER_PARTITION, round).await
 }
 
 /// A Java `KafkaShareConsumer` of `group` (its `client.id` is `name`).
@@ -260,17 +224,8 @@ async fn read_all(
     for m in ours.iter_mut() {
         m.commit().await;
     }
-    let admin = Client::new(transport());
-    let tps: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| (topic, p)).collect();
     loop {
-        let offsets = admin
-            .list_share_group_offsets(group, Some(&tps))
-            .await
-            .expect("DescribeShareGroupOffsets");
-        let lags: BTreeMap<i32, Option<i64>> = offsets
-            .into_iter()
-            .map(|(tp, o)| (tp.1, o.ok().and_then(|o| o.lag)))
-            .collect();
+        let lags = lags(group, topic, PARTITIONS).await;
         if lags.values().all(|l| *l == Some(0)) {
             return;
         }

@@ -24,7 +24,7 @@ use kafkit::{
 /// The bound on every wait of these tests.
 const T: Duration = Duration::from_secs(60);
 
-fn transport() -> Transport {
+pub(crate) fn transport() -> Transport {
     Transport::builder([kafka()]).build().expect("transport")
 }
 
@@ -39,7 +39,7 @@ fn cluster_transport(cluster: &KafkaCluster) -> Transport {
 }
 
 /// Sets the group's configs (`share.auto.offset.reset=earliest` and `more`) through `t`.
-async fn group_configs(t: &Transport, group: &str, more: &[(&str, &str)]) {
+pub(crate) async fn group_configs(t: &Transport, group: &str, more: &[(&str, &str)]) {
     let mut ops = vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")];
     ops.extend(more.iter().map(|(k, v)| AlterConfigOp::set(*k, *v)));
     let r = Client::new(t.clone())
@@ -53,7 +53,7 @@ async fn group_configs(t: &Transport, group: &str, more: &[(&str, &str)]) {
 }
 
 /// Writes `per_partition` records `<tag>-p<partition>-<i>` to each of `partitions` through `t`.
-async fn write_on(
+pub(crate) async fn write_on(
     t: &Transport,
     topic: &str,
     partitions: i32,
@@ -78,30 +78,18 @@ async fn write_on(
     values
 }
 
-/// Writes `per_partition` records `p<partition>-<i>` to each of `partitions`.
+/// Writes `per_partition` records `w-p<partition>-<i>` to each of `partitions`.
 async fn write(topic: &str, partitions: i32, per_partition: usize) -> BTreeSet<String> {
-    let w = Writer::builder(transport()).build().expect("writer");
-    let mut values = BTreeSet::new();
-    let mut records = Vec::new();
-    for p in 0..partitions {
-        for i in 0..per_partition {
-            let v = format!("p{p}-{i}");
-            values.insert(v.clone());
-            records.push(ProducerRecord::new(topic, v).partition(p));
-        }
-    }
-    w.write(records).await.expect("written");
-    w.close(Duration::from_secs(10)).await.expect("close");
-    values
+    write_on(&transport(), topic, partitions, per_partition, "w").await
 }
 
 /// A topic of `partitions` and a share group reading it from the earliest offset.
-async fn topic_and_group(prefix: &str, partitions: i32) -> (String, String) {
+pub(crate) async fn topic_and_group(prefix: &str, partitions: i32) -> (String, String) {
     topic_and_group_with(prefix, partitions, &[]).await
 }
 
 /// As [`topic_and_group`], with more group configs.
-async fn topic_and_group_with(
+pub(crate) async fn topic_and_group_with(
     prefix: &str,
     partitions: i32,
     configs: &[(&str, &str)],
@@ -113,7 +101,7 @@ async fn topic_and_group_with(
     (topic, group)
 }
 
-fn reader(group: &str, topic: &str, mode: AcknowledgementMode) -> ShareReader {
+pub(crate) fn reader(group: &str, topic: &str, mode: AcknowledgementMode) -> ShareReader {
     ShareReader::builder(transport(), group)
         .topics([topic])
         .acknowledgement_mode(mode)
@@ -121,7 +109,7 @@ fn reader(group: &str, topic: &str, mode: AcknowledgementMode) -> ShareReader {
         .expect("share reader")
 }
 
-fn value(r: &ShareRecord) -> String {
+pub(crate) fn value(r: &ShareRecord) -> String {
     String::from_utf8(r.value.as_deref().expect("a value").to_vec()).expect("utf-8")
 }
 
@@ -141,7 +129,7 @@ async fn poll_n(reader: &mut ShareReader, n: usize) -> Vec<ShareRecord> {
 }
 
 /// The group's start offset and lag per partition (DescribeShareGroupOffsets).
-async fn lags(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, Option<i64>> {
+pub(crate) async fn lags(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, Option<i64>> {
     let admin = Client::new(transport());
     let tps: Vec<(&str, i32)> = (0..partitions).map(|p| (topic, p)).collect();
     let offsets = admin
@@ -489,7 +477,7 @@ async fn a_rejected_record_lands_in_the_dead_letter_topic() {
         .flat_map(|p| p.records.iter())
         .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
         .collect();
-    assert_eq!(values, vec!["p0-1".to_string()], "{batch:?}");
+    assert_eq!(values, vec!["w-p0-1".to_string()], "{batch:?}");
 }
 
 /// On the three-node cluster, 12 partitions whose leaders are spread over the three nodes: one

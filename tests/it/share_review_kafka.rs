@@ -10,33 +10,18 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use integration_tests::{create_topic, kafka, unique_topic};
-use kafkit::admin::{AlterConfigOp, ConfigResource, ConfigResourceType};
+
+use super::share_kafka::{
+    group_configs, lags, reader, topic_and_group, topic_and_group_with, transport, value, write_on,
+};
 use kafkit::{
-    AcknowledgeType, AcknowledgementMode, Client, Error, ProducerRecord, ShareError, ShareReader,
-    ShareRecord, Transport, Writer,
+    AcknowledgeType, AcknowledgementMode, Client, Error, ShareError, ShareReader, ShareRecord,
+    Transport,
 };
 use tokio::time::Instant;
 
 /// The bound on every wait of these tests.
 const T: Duration = Duration::from_secs(60);
-
-fn transport() -> Transport {
-    Transport::builder([kafka()]).build().expect("transport")
-}
-
-/// Sets the group's `share.auto.offset.reset=earliest` (and `more`).
-async fn group_configs(group: &str, more: &[(&str, &str)]) {
-    let mut ops = vec![AlterConfigOp::set("share.auto.offset.reset", "earliest")];
-    ops.extend(more.iter().map(|(k, v)| AlterConfigOp::set(*k, *v)));
-    let r = Client::new(transport())
-        .incremental_alter_configs(
-            &[(ConfigResource::new(ConfigResourceType::Group, group), ops)],
-            false,
-        )
-        .await
-        .expect("IncrementalAlterConfigs");
-    assert!(r[0].1.is_ok(), "{r:?}");
-}
 
 /// Writes `per_partition` records `<tag>-p<partition>-<i>` to each of `partitions`.
 async fn write_tagged(
@@ -45,51 +30,11 @@ async fn write_tagged(
     per_partition: usize,
     tag: &str,
 ) -> BTreeSet<String> {
-    let w = Writer::builder(transport()).build().expect("writer");
-    let mut values = BTreeSet::new();
-    let mut records = Vec::new();
-    for p in 0..partitions {
-        for i in 0..per_partition {
-            let v = format!("{tag}-p{p}-{i}");
-            values.insert(v.clone());
-            records.push(ProducerRecord::new(topic, v).partition(p));
-        }
-    }
-    w.write(records).await.expect("written");
-    w.close(Duration::from_secs(10)).await.expect("close");
-    values
+    write_on(&transport(), topic, partitions, per_partition, tag).await
 }
 
 async fn write(topic: &str, partitions: i32, per_partition: usize) -> BTreeSet<String> {
     write_tagged(topic, partitions, per_partition, "v").await
-}
-
-async fn topic_and_group(prefix: &str, partitions: i32) -> (String, String) {
-    topic_and_group_with(prefix, partitions, &[]).await
-}
-
-async fn topic_and_group_with(
-    prefix: &str,
-    partitions: i32,
-    configs: &[(&str, &str)],
-) -> (String, String) {
-    let topic = unique_topic(prefix);
-    create_topic(&kafka(), &topic, partitions).await;
-    let group = unique_topic(&format!("g-{prefix}"));
-    group_configs(&group, configs).await;
-    (topic, group)
-}
-
-fn reader(group: &str, topic: &str, mode: AcknowledgementMode) -> ShareReader {
-    ShareReader::builder(transport(), group)
-        .topics([topic])
-        .acknowledgement_mode(mode)
-        .build()
-        .expect("share reader")
-}
-
-fn value(r: &ShareRecord) -> String {
-    String::from_utf8(r.value.as_deref().expect("a value").to_vec()).expect("utf-8")
 }
 
 /// Polls until `n` records came (or the bound).
@@ -121,18 +66,6 @@ async fn bounded<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(20), f)
         .await
         .expect("the call returned within 20 s")
-}
-
-/// The group's lag per partition (DescribeShareGroupOffsets).
-async fn lags(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, Option<i64>> {
-    let tps: Vec<(&str, i32)> = (0..partitions).map(|p| (topic, p)).collect();
-    Client::new(transport())
-        .list_share_group_offsets(group, Some(&tps))
-        .await
-        .expect("DescribeShareGroupOffsets")
-        .into_iter()
-        .map(|(tp, o)| (tp.1, o.ok().and_then(|o| o.lag)))
-        .collect()
 }
 
 /// Waits (bounded) for lag 0 on every partition.
@@ -274,7 +207,7 @@ async fn a_dropped_stream_leaves_an_explicit_reader_usable() {
 async fn another_readers_record_is_not_acknowledgeable() {
     let (topic, g1) = topic_and_group("share-rv-foreign", 1).await;
     let g2 = unique_topic("g-share-rv-foreign-2");
-    group_configs(&g2, &[]).await;
+    group_configs(&transport(), &g2, &[]).await;
     write(&topic, 1, 3).await;
     let mut a = reader(&g1, &topic, AcknowledgementMode::Explicit);
     let mut b = reader(&g2, &topic, AcknowledgementMode::Explicit);
@@ -795,7 +728,7 @@ async fn subscribe_moves_a_running_reader() {
 async fn a_topic_made_after_the_reader_started_is_read() {
     let topic = unique_topic("share-rv-late");
     let group = unique_topic("g-share-rv-late");
-    group_configs(&group, &[]).await;
+    group_configs(&transport(), &group, &[]).await;
     let mut r = reader(&group, &topic, AcknowledgementMode::Implicit);
     for _ in 0..4 {
         assert!(

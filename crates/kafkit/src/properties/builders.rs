@@ -301,6 +301,22 @@ fn assignor(name: &str) -> Option<Arc<dyn kafkit_group_balancer::GroupBalancer>>
     })
 }
 
+/// The `group.id` among a group member's `settings`, which `builder` needs.
+fn group_id<'a>(
+    settings: &[(&'static str, Value<'a>)],
+    builder: &'static str,
+) -> Result<&'a str, PropertyError> {
+    settings
+        .iter()
+        .find(|(n, _)| *n == "group.id")
+        .map(|(n, v)| text(n, *v))
+        .transpose()?
+        .ok_or(PropertyError::Missing {
+            name: builder,
+            needs: "group.id",
+        })
+}
+
 impl GroupReaderBuilder {
     /// A group member builder on `transport` with the group-scope (`G`) properties of `props`
     /// applied (`group.id` is the group) and a Reader built with
@@ -318,15 +334,7 @@ impl GroupReaderBuilder {
         props: &Properties,
     ) -> Result<GroupReaderBuilder, PropertyError> {
         let settings = props.scoped(G)?;
-        let group = settings
-            .iter()
-            .find(|(n, _)| *n == "group.id")
-            .map(|(n, v)| text(n, *v))
-            .transpose()?
-            .ok_or(PropertyError::Missing {
-                name: "GroupReaderBuilder::from_properties",
-                needs: "group.id",
-            })?;
+        let group = group_id(&settings, "GroupReaderBuilder::from_properties")?;
         let reader = ReaderBuilder::from_properties(transport.clone(), props)?;
         let mut b = crate::group::GroupReader::builder(transport, group).reader(reader);
         for (name, v) in settings {
@@ -387,15 +395,7 @@ impl ShareReaderBuilder {
         props: &Properties,
     ) -> Result<ShareReaderBuilder, PropertyError> {
         let settings = props.scoped(S)?;
-        let group = settings
-            .iter()
-            .find(|(n, _)| *n == "group.id")
-            .map(|(n, v)| text(n, *v))
-            .transpose()?
-            .ok_or(PropertyError::Missing {
-                name: "ShareReaderBuilder::from_properties",
-                needs: "group.id",
-            })?;
+        let group = group_id(&settings, "ShareReaderBuilder::from_properties")?;
         let mut b = crate::share::ShareReader::builder(transport, group);
         for (name, v) in settings {
             b = match name {

@@ -130,7 +130,7 @@ fn files(root: &Path) -> Result<Vec<PathBuf>> {
 
 /// FNV-1a (64 bits) over every file's relative path and contents: stable across Rust
 /// releases, unlike `DefaultHasher`.
-fn tree_hash(root: &Path) -> Result<u64> {
+pub(crate) fn tree_hash(root: &Path) -> Result<u64> {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
         for b in bytes {

@@ -228,6 +228,19 @@ impl Kafka {
         let _ = self.stop();
         let lib = install()?;
         let java = java()?;
+        // The KIP-714 receiver: without it the broker serves no client metrics, which only the
+        // telemetry tests need, so a failed compile (a JRE without javac) is a note, not a stop.
+        let telemetry = match crate::kafka_telemetry::build(&lib) {
+            Ok(classes) => Some(classes),
+            Err(e) => {
+                eprintln!(
+                    "broker: note: {e}\nbroker: starting without the KIP-714 receiver (the \
+                     telemetry_kafka tests will fail)"
+                );
+                None
+            }
+        };
+        let class_path = class_path(&lib, telemetry.as_deref());
         let nodes = self.pick_ports(free_ports)?;
         let _ = fs::remove_dir_all(self.state_dir());
         fs::create_dir_all(self.state_dir())
@@ -263,7 +276,7 @@ impl Kafka {
             }
             fs::write(
                 dir.join("server.properties"),
-                server_properties(n, &nodes, &dir, &self.tls_dir()),
+                server_properties(n, &nodes, &dir, &self.tls_dir(), telemetry.is_some()),
             )
             .map_err(|e| format!("write server.properties: {e}"))?;
             let child = Command::new(&java)
@@ -273,7 +286,7 @@ impl Kafka {
                     "-XX:TieredStopAtLevel=1",
                     "-cp",
                 ])
-                .arg(class_path(&lib))
+                .arg(&class_path)
                 .args(["kafka.tools.StorageTool", "format", "-t"])
                 .arg(cluster_id(self.port))
                 .arg("-c")
@@ -317,7 +330,7 @@ impl Kafka {
                 self.state_dir().join("log4j2.properties").display()
             ));
             command.push("-cp".into());
-            command.push(class_path(&lib));
+            command.push(class_path.clone());
             command.push("kafka.Kafka".into());
             command.push(dir.join("server.properties").display().to_string());
             fs::write(dir.join("command"), command.join("\n") + "\n")
@@ -496,7 +509,13 @@ fn spawn_node(dir: &Path, command: &[String]) -> Result<Child> {
 /// replication settings of a real cluster of this size (replication factor 3 and
 /// `min.insync.replicas=2` on three nodes), test-friendly timings, and the SASL_PLAINTEXT, SSL
 /// and MTLS listeners (see the module's documentation) with the certificates in `tls`.
-fn server_properties(node: &Node, nodes: &[Node], dir: &Path, tls: &Path) -> String {
+fn server_properties(
+    node: &Node,
+    nodes: &[Node],
+    dir: &Path,
+    tls: &Path,
+    telemetry: bool,
+) -> String {
     let voters = nodes
         .iter()
         .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
@@ -566,7 +585,7 @@ num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
 log.cleaner.threads=1
-",
+{telemetry}",
         id = node.id,
         port = node.port,
         cport = node.controller_port,
@@ -585,6 +604,26 @@ log.cleaner.threads=1
         sasl_session_ms = SASL_SESSION_MS,
         data = dir.join("data").display(),
         data2 = dir.join("data2").display(),
+        telemetry = if telemetry {
+            telemetry_properties(dir)
+        } else {
+            String::new()
+        },
+    )
+}
+
+/// The KIP-714 lines of `server.properties`: the receiver among the metric reporters (without
+/// one the broker serves no GetTelemetrySubscriptions or PushTelemetry), and its file.
+fn telemetry_properties(dir: &Path) -> String {
+    format!(
+        "# KIP-714: the tests' telemetry receiver (xtask/src/kafka_telemetry.rs) makes the broker
+# serve client metrics, and appends every push it receives to this file as a JSON line.
+metric.reporters={class}
+{property}={file}
+",
+        class = crate::kafka_telemetry::CLASS,
+        property = crate::kafka_telemetry::FILE_PROPERTY,
+        file = crate::kafka_telemetry::push_log(dir).display(),
     )
 }
 
@@ -626,9 +665,13 @@ fn listener_bootstrap(nodes: &[Node], port: impl Fn(&Node) -> Option<u16>) -> St
         .join(",")
 }
 
-/// `<lib>/*`: the JVM's wildcard class path of every jar in `lib`.
-fn class_path(lib: &Path) -> String {
-    format!("{}/*", lib.display())
+/// `<lib>/*`: the JVM's wildcard class path of every jar in `lib`, then the KIP-714 receiver's
+/// classes when there are some.
+fn class_path(lib: &Path, telemetry: Option<&Path>) -> String {
+    match telemetry {
+        Some(classes) => format!("{}/*:{}", lib.display(), classes.display()),
+        None => format!("{}/*", lib.display()),
+    }
 }
 
 /// The `java` program: `$KAFKIT_JAVA`, else `java` on PATH; fails with what to install.

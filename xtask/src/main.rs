@@ -8,6 +8,7 @@ mod examples;
 mod fuzz;
 mod java_peer;
 mod kafka;
+mod kafka_telemetry;
 mod kafka_tls;
 mod reliability;
 mod sasl_broker;

@@ -78,8 +78,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *       with {@code --broker-pid}, {@code broker_cpu_ms} (that process's CPU time over the
  *       window, from {@code /proc/PID/stat}; -1 without).
  *   <li>{@code produce --bootstrap B --topic T --count N [--prefix P] [--partition N]
- *       [--compression none|gzip|snappy|lz4|zstd]}: writes values {@code P-0 .. P-(N-1)} in one
- *       linger window; prints {@code produced} per record, then {@code done}.
+ *       [--compression none|gzip|snappy|lz4|zstd] [--client-id ID] [--hold true]}: writes values
+ *       {@code P-0 .. P-(N-1)} in one linger window; prints {@code produced} per record, then
+ *       {@code done}. With {@code --hold true} the producer stays open after {@code done} until
+ *       {@code close} on stdin (or its end), then prints {@code closed} (a KIP-714 test reads
+ *       what it pushes meanwhile, and its terminating push at close).
  *   <li>{@code produce-txn --bootstrap B --topic T --txn-id ID --plan c3,a2,c1 [--partition N]}:
  *       one transaction per step, committed ({@code c}) or aborted ({@code a}), of that many
  *       records with values {@code c0, c1, ...} and {@code a0, a1, ...}; prints {@code produced},
@@ -395,8 +398,28 @@ public final class Main {
             for (int i = 0; i < count; i++) {
                 emitProduced(acks.get(i).get(), values.get(i));
             }
+            if (Boolean.parseBoolean(args.getOrDefault("hold", "false"))) {
+                emit("done", "count", count);
+                awaitClose();
+                producer.close();
+                emit("closed");
+                return;
+            }
         }
         emit("done", "count", count);
+    }
+
+    /** Returns when {@code close} comes on stdin, or stdin ends. */
+    static void awaitClose() {
+        try (BufferedReader in = new BufferedReader(
+                new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = in.readLine()) != null && !line.trim().equals("close")) {
+                emit("error", "message", "unknown command on stdin: " + line);
+            }
+        } catch (Exception e) {
+            // stdin gone: close as well.
+        }
     }
 
     static void produceTxn(Map<String, String> args) throws Exception {

@@ -132,8 +132,7 @@ fn remove_stale(tools: &Path, keep: &Path) {
     for e in entries.flatten() {
         let path = e.path();
         if path != keep
-            && e
-                .file_name()
+            && e.file_name()
                 .to_string_lossy()
                 .starts_with("kafka-telemetry-")
         {

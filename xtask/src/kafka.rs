@@ -28,6 +28,10 @@
 //! `ssl.client.auth=required`: the client must present a certificate signed by the test CA). Both
 //! use PEM key and trust stores (`ssl.keystore.type=PEM`, KIP-651).
 //!
+//! Every node also has the tests' KIP-714 receiver among its `metric.reporters` (see
+//! [`crate::kafka_telemetry`]; without one Kafka serves no client metrics), which appends each
+//! push it receives to `node-<id>/telemetry/pushes.jsonl`.
+//!
 //! Run state lives in `.broker/kafka-<first client port>/`: `cluster` (one line per node: id,
 //! client port, controller port, relayed port, relay port, SASL port, SSL port, MTLS port; a
 //! column an older xtask did not write reads as absent), `tls/`, and per node `node-<id>/` with `server.properties`, `data/`,

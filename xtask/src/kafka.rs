@@ -926,6 +926,35 @@ impl Reader<'_> {
 mod tests {
     use super::*;
 
+    /// Every node's properties name the KIP-714 receiver and its file in the node's folder when
+    /// it was built, and neither when it was not; the class path ends with its classes.
+    #[test]
+    fn nodes_get_the_telemetry_receiver() {
+        let node = Node {
+            id: 1,
+            port: 1,
+            controller_port: 2,
+            relayed_port: 3,
+            relay_port: 4,
+            sasl_port: Some(5),
+            ssl_port: Some(6),
+            mtls_port: Some(7),
+        };
+        let dir = Path::new("/state/node-1");
+        let with = server_properties(&node, &[node], dir, Path::new("/tls"), true);
+        assert!(with.contains("\nmetric.reporters=kafkit.broker.TelemetryPushLog\n"));
+        assert!(
+            with.contains("\nkafkit.telemetry.push.log=/state/node-1/telemetry/pushes.jsonl\n")
+        );
+        let without = server_properties(&node, &[node], dir, Path::new("/tls"), false);
+        assert!(!without.contains("metric.reporters") && !without.contains("push.log"));
+        assert_eq!(
+            class_path(Path::new("/lib"), Some(Path::new("/t/classes"))),
+            "/lib/*:/t/classes"
+        );
+        assert_eq!(class_path(Path::new("/lib"), None), "/lib/*");
+    }
+
     /// The id of port 1 (`kafkit-test-0001`) is the one every cluster had before; ids of other
     /// ports differ and are 22 base64url characters (16 bytes).
     #[test]

@@ -16,6 +16,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::broker::{Result, workspace_root};
 use crate::kafka::KAFKA_VERSION;
@@ -46,9 +47,12 @@ pub fn build(lib: &Path) -> Result<PathBuf> {
         return Ok(dir.join("classes"));
     }
     let javac = javac();
+    // Unique per call: `cargo xtask test` starts its two clusters from two threads of one process.
+    static CALLS: AtomicU32 = AtomicU32::new(0);
     let scratch = tools.join(format!(
-        ".kafka-telemetry-{KAFKA_VERSION}-{hash:016x}-{}",
-        std::process::id()
+        ".kafka-telemetry-{KAFKA_VERSION}-{hash:016x}-{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch).map_err(|e| format!("create {}: {e}", scratch.display()))?;

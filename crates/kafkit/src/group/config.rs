@@ -321,6 +321,9 @@ pub struct GroupReaderBuilder {
     auto_offset_reset: Option<AutoOffsetReset>,
     listener: Option<Arc<dyn RebalanceListener>>,
     config: Config,
+    /// Per-record process spans, handed to the Reader's with the group's name.
+    process_spans: bool,
+    on_traceparent: Option<crate::ops::otel::TraceParentHook>,
 }
 
 impl std::fmt::Debug for GroupReaderBuilder {
@@ -339,6 +342,8 @@ impl GroupReaderBuilder {
             auto_offset_reset: None,
             listener: None,
             config: Config::new(group_id.into()),
+            process_spans: false,
+            on_traceparent: None,
         }
     }
 
@@ -348,6 +353,27 @@ impl GroupReaderBuilder {
     /// defaults on this builder's transport.
     pub fn reader(mut self, reader: ReaderBuilder) -> Self {
         self.reader = Some(reader);
+        self
+    }
+
+    /// Makes a `process {topic}` span for every record handed out as a
+    /// [`ConsumerRecord`](crate::ConsumerRecord) (the `Stream`, [`GroupReader::next`],
+    /// `into_consumer_records` of `next_batch`'s records), with this group as
+    /// `messaging.consumer.group.name`: see [`ReaderBuilder::process_spans`] (on when either
+    /// builder turns it on). Default false.
+    pub fn process_spans(mut self, on: bool) -> Self {
+        self.process_spans = on;
+        self
+    }
+
+    /// The hook for process spans of records that carry a valid `traceparent`: see
+    /// [`ReaderBuilder::on_traceparent`] (set here, it replaces the Reader builder's).
+    /// Default none.
+    pub fn on_traceparent(
+        mut self,
+        hook: impl Fn(&tracing::Span, &crate::TraceParent) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_traceparent = Some(Arc::new(hook));
         self
     }
 
@@ -544,7 +570,13 @@ impl GroupReaderBuilder {
         if let Some(reset) = self.auto_offset_reset {
             reader = reader.auto_offset_reset(reset);
         }
-        let reader = reader.build()?;
+        let reader = reader
+            .member_process_spans(
+                &self.config.group_id,
+                self.process_spans,
+                self.on_traceparent,
+            )
+            .build()?;
         GroupReader::start(self.transport, reader, self.config, self.listener)
     }
 }

@@ -344,6 +344,8 @@ pub struct GroupReader {
     applying: Option<ListenerFuture>,
     /// The partition answer the `Stream` is handing out (where it stands: `Shared::streamed`).
     current: Option<ConsumerRecords>,
+    /// The `Stream`'s poll span while it refills `current` (`ops/otel.rs`).
+    refill: crate::ops::otel::RefillSpan,
     listener: Option<Arc<dyn RebalanceListener>>,
     next_auto_commit: Instant,
     /// Wakes a poll that waits for records when the next automatic commit is due (a member
@@ -418,6 +420,7 @@ impl GroupReader {
             steps: step_rx,
             applying: None,
             current: None,
+            refill: crate::ops::otel::RefillSpan::default(),
             listener,
             next_auto_commit,
             auto_commit_timer: Box::pin(tokio::time::sleep_until(next_auto_commit)),
@@ -776,6 +779,11 @@ impl GroupReader {
     /// # Cancel safety
     ///
     /// Cancel safe: a record is taken only when the future completes.
+    ///
+    /// # Tracing
+    ///
+    /// As the `Stream`: one `poll {topic}` span per refill of the records it hands out one at
+    /// a time (a partition answer), not one per call.
     #[doc(alias = "recv", alias = "poll")]
     pub async fn next(&mut self) -> Option<Result<ConsumerRecord>> {
         std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut *self), cx)).await
@@ -1289,6 +1297,10 @@ impl futures_core::Stream for GroupReader {
     /// never yielded (checked per record). Errors are yielded once; the stream ends (`None`)
     /// once the member is closed, and right after a fatal error (fenced, a fatal refusal:
     /// the member stopped and owns nothing), which `next_batch` keeps returning.
+    ///
+    /// Tracing: one `poll {topic}` span per refill (a partition answer taken from the
+    /// Reader), from the first poll that finds nothing to yield to the answer, not one per
+    /// record; with `process_spans(true)` each record carries its `process {topic}` span.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         if this.stopped.is_some() {
@@ -1320,15 +1332,28 @@ impl futures_core::Stream for GroupReader {
             }
             this.maybe_auto_commit();
             this.shared.note_poll();
+            // One poll span per refill of `current`, not per record.
+            this.refill.start(Some(&this.shared.config.group_id));
             match this.reader.poll_batch(cx, 1) {
                 Poll::Pending => {
                     this.arm_auto_commit(cx);
                     this.arm_keep_alive(cx);
                     return Poll::Pending;
                 }
-                Poll::Ready(Err(Error::Reader(ReaderError::Closed))) => return Poll::Ready(None),
-                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Err(Error::Reader(ReaderError::Closed))) => {
+                    this.refill.failed(None);
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Err(e)) => {
+                    this.refill.failed(e.error_code());
+                    return Poll::Ready(Some(Err(e)));
+                }
                 Poll::Ready(Ok(parts)) => {
+                    this.refill.done(
+                        parts
+                            .iter()
+                            .map(|p| (&*p.topic, p.partition, p.records.len())),
+                    );
                     if let Some(p) = parts.into_iter().next()
                         && let Some(first) = p.records.first()
                     {
@@ -1362,6 +1387,7 @@ mod tests {
             key: None,
             value: None,
             headers: Vec::new(),
+            span: Default::default(),
         }
     }
 

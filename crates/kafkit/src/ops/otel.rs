@@ -14,6 +14,8 @@
 //! This floor holds the vocabulary because the writer, the reader, the group member and the
 //! share group member all make these spans and none of them may import another.
 
+use std::sync::Arc;
+
 use kafkit_protocol::ErrorCode;
 use kafkit_protocol::records::RecordHeader;
 use tracing::Span;
@@ -193,6 +195,131 @@ pub(crate) fn process_span(
         "error.type" = tracing::field::Empty,
     )
 }
+
+/// The poll span of an API that hands out one record at a time (the `Stream`s,
+/// `GroupReader::next`): one span per refill of its buffer, not per record. Made when the
+/// refill starts (the first poll that finds the buffer empty), kept across `Pending`, and
+/// ended with what the refill brought in ([`RefillSpan::done`]) or its error. Holds nothing
+/// between refills; with no subscriber interested it holds a disabled span.
+#[derive(Debug, Default)]
+pub(crate) struct RefillSpan(Option<Span>);
+
+impl RefillSpan {
+    /// Starts the refill's `poll` span unless one is running.
+    #[inline]
+    pub(crate) fn start(&mut self, group: Option<&str>) {
+        if self.0.is_none() {
+            self.0 = Some(poll_span(group));
+        }
+    }
+
+    /// Ends the running span (if any) with the records the refill brought in: `(topic,
+    /// partition, count)` per part, as [`poll_done`].
+    pub(crate) fn done<'a>(&mut self, parts: impl Iterator<Item = (&'a str, i32, usize)>) {
+        if let Some(span) = self.0.take() {
+            poll_done(&span, parts);
+        }
+    }
+
+    /// Ends the running span (if any) with `error.type`.
+    pub(crate) fn failed(&mut self, code: Option<ErrorCode>) {
+        if let Some(span) = self.0.take() {
+            record_error(&span, code);
+        }
+    }
+}
+
+/// The application's hook for a consumer's process spans: called with each `process {topic}`
+/// span the reader makes (`process_spans(true)` on `ReaderBuilder`, `GroupReaderBuilder` or
+/// `ShareReaderBuilder`) whose record carries a valid `traceparent`, before the record is
+/// handed out, so the application can make the producer's span the parent
+/// (`tracing_opentelemetry::OpenTelemetrySpanExt::set_parent`) or a link (`add_link`). It runs
+/// on the task that takes the record: keep it short, never block.
+pub type TraceParentHook = Arc<dyn Fn(&Span, &TraceParent) + Send + Sync>;
+
+/// The application's source of the trace context a Writer puts in records that carry no
+/// `traceparent` header (`WriterBuilder::traceparent_from`): called once per such record when
+/// the writer takes it, on the caller's task (so `tracing::Span::current()` is the caller's
+/// span); `None` leaves the record as it is.
+pub type TraceParentSource = Arc<dyn Fn() -> Option<TraceParent> + Send + Sync>;
+
+/// `headers` with a `traceparent` from `source` appended: `None` (nothing to change) when
+/// they already have a `traceparent` header (even a malformed one: a second one would make
+/// both ambiguous) or the source gives none.
+pub(crate) fn with_traceparent(
+    source: &TraceParentSource,
+    headers: &[RecordHeader],
+) -> Option<Vec<RecordHeader>> {
+    if headers
+        .iter()
+        .any(|h| &h.key[..] == TraceParent::HEADER.as_bytes())
+    {
+        return None;
+    }
+    let tp = source()?;
+    let mut out = Vec::with_capacity(headers.len() + 1);
+    out.extend_from_slice(headers);
+    out.push(RecordHeader::new(
+        TraceParent::HEADER,
+        Some(bytes::Bytes::from(tp.to_string())),
+    ));
+    Some(out)
+}
+
+/// A consumer's per-record process spans, when its builder turned them on: the group for
+/// `messaging.consumer.group.name` (a member's), and the application's [`TraceParentHook`].
+/// Cloned per partition answer handed out (two reference counts), used per record.
+#[derive(Clone, Default)]
+pub(crate) struct ProcessSpans {
+    pub(crate) group: Option<Arc<str>>,
+    pub(crate) hook: Option<TraceParentHook>,
+}
+
+impl std::fmt::Debug for ProcessSpans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessSpans")
+            .field("group", &self.group)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
+}
+
+impl ProcessSpans {
+    /// The process span of one record; none (no allocation) when no subscriber is
+    /// interested. The hook is called when the record carries a valid `traceparent`.
+    pub(crate) fn span(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        key: Option<&[u8]>,
+        headers: &[RecordHeader],
+    ) -> RecordSpan {
+        let span = process_span(self.group.as_deref(), topic, partition, offset, key);
+        if span.is_disabled() {
+            return RecordSpan::default();
+        }
+        if let Some(hook) = &self.hook
+            && let Some(tp) = TraceParent::from_headers(headers)
+        {
+            hook(&span, &tp);
+        }
+        RecordSpan(Some(Box::new(span)))
+    }
+}
+
+/// The process span a record carries, if any (boxed: a record without one pays one
+/// pointer). Not part of the record's value: two records equal but for their spans are equal.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RecordSpan(pub(crate) Option<Box<Span>>);
+
+impl PartialEq for RecordSpan {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for RecordSpan {}
 
 /// A W3C Trace Context `traceparent` (<https://www.w3.org/TR/trace-context/#traceparent-header>):
 /// the trace id, the parent span id and the trace flags a producer puts in a record's

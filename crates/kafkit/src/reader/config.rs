@@ -21,12 +21,15 @@
 //! | `preferred_replica_recheck` | 5 min | `Duration`, 1 s..=1 day | (`metadata.max.age.ms` in Java) | How long a preferred read replica (KIP-392) is used before the leader is asked again. |
 //! | `check_crcs` | true | | `check.crcs` | Verify each batch's CRC-32C before reading it. |
 //! | `max_batch_decompressed_bytes` | 64 MiB | bytes, >= 1 | (none) | Largest decompressed size accepted for one record batch: a bigger (or hostile) batch fails its partition with a typed error. |
+//! | `process_spans` | false | | (Java OTel instrumentation's receive/process telemetry) | A `process {topic}` span per record handed out as a [`ConsumerRecord`](super::ConsumerRecord) (`ConsumerRecord::span`; docs/observability.md). |
+//! | `on_traceparent` | none | `Fn(&Span, &TraceParent)` | | Called with each process span whose record carries a valid `traceparent`: set the parent or add a link there. |
 
 use std::time::Duration;
 
 use super::Reader;
 use crate::error::{Error, Result};
 use crate::ops::offsets::IsolationLevel;
+use crate::ops::otel::{ProcessSpans, TraceParent};
 use crate::time::millis;
 use crate::transport::{Backoff, Transport};
 
@@ -66,6 +69,9 @@ pub(crate) struct Config {
     pub(crate) preferred_replica_recheck: Duration,
     pub(crate) check_crcs: bool,
     pub(crate) max_batch_decompressed_bytes: usize,
+    /// Per-record process spans (`process_spans`); `process` holds their group and hook.
+    pub(crate) process_spans: bool,
+    pub(crate) process: ProcessSpans,
 }
 
 impl Default for Config {
@@ -86,6 +92,8 @@ impl Default for Config {
             preferred_replica_recheck: Duration::from_secs(300),
             check_crcs: true,
             max_batch_decompressed_bytes: 64 << 20,
+            process_spans: false,
+            process: ProcessSpans::default(),
         }
     }
 }
@@ -292,6 +300,49 @@ impl ReaderBuilder {
     /// Largest decompressed record batch accepted, in bytes. Default 64 MiB.
     pub fn max_batch_decompressed_bytes(mut self, bytes: usize) -> Self {
         self.config.max_batch_decompressed_bytes = bytes;
+        self
+    }
+
+    /// Makes a `process {topic}` span (OpenTelemetry's messaging conventions, kind CONSUMER:
+    /// topic, partition, offset, UTF-8 key) for every record handed out as a
+    /// [`ConsumerRecord`](super::ConsumerRecord): by the `Stream`, and by
+    /// `PartitionRecords::into_consumer_records` for `next_batch`'s records. The record
+    /// carries it ([`ConsumerRecord::span`](super::ConsumerRecord::span)) and it ends when the
+    /// record (with every clone of the span) is dropped. Default false: a span per record
+    /// costs (a subscriber call and an allocation each); off, the reader makes none and pays
+    /// one branch per record. With no subscriber interested in `kafkit::otel` at INFO no span
+    /// is made either.
+    pub fn process_spans(mut self, on: bool) -> Self {
+        self.config.process_spans = on;
+        self
+    }
+
+    /// Called with each process span (see [`ReaderBuilder::process_spans`]) whose record
+    /// carries a valid W3C `traceparent` header, before the record is handed out: the place
+    /// to make the producer's span the parent or a link, with `tracing-opentelemetry`
+    /// (docs/observability.md, "Trace context in records", has the code). Runs on the task
+    /// that takes the record: keep it short, never block. Default none.
+    pub fn on_traceparent(
+        mut self,
+        hook: impl Fn(&tracing::Span, &TraceParent) + Send + Sync + 'static,
+    ) -> Self {
+        self.config.process.hook = Some(std::sync::Arc::new(hook));
+        self
+    }
+
+    /// A group member's settings for the process spans: its group name, spans on when either
+    /// builder asked for them, its hook in place of the Reader builder's when it has one.
+    pub(crate) fn member_process_spans(
+        mut self,
+        group: &str,
+        on: bool,
+        hook: Option<crate::ops::otel::TraceParentHook>,
+    ) -> Self {
+        self.config.process_spans |= on;
+        self.config.process.group = Some(std::sync::Arc::from(group));
+        if hook.is_some() {
+            self.config.process.hook = hook;
+        }
         self
     }
 

@@ -760,6 +760,7 @@ mod tests {
             next_leader_epoch: None,
             barrier: st.barrier(topic, 0).unwrap(),
             bytes: 100,
+            process: None,
         }
     }
 

@@ -94,6 +94,8 @@ pub struct Reader {
     shared: Arc<Shared>,
     /// The records the `Stream` is handing out, one at a time.
     current: Option<ConsumerRecords>,
+    /// The `Stream`'s poll span while it refills `current` (`ops/otel.rs`).
+    refill: crate::ops::otel::RefillSpan,
 }
 
 impl std::fmt::Debug for Reader {
@@ -124,6 +126,7 @@ impl Reader {
         Reader {
             shared: Arc::new(Shared::new(transport, config, &TASKS)),
             current: None,
+            refill: crate::ops::otel::RefillSpan::default(),
         }
     }
 
@@ -442,6 +445,10 @@ impl futures_core::Stream for Reader {
     /// The next record. Records of a partition sought, reset or unassigned since they were
     /// fetched are never yielded (checked per record). A partition's error is yielded once as
     /// `Some(Err(..))`; the stream goes on. It ends (`None`) once the Reader is closed.
+    ///
+    /// Tracing: one `poll {topic}` span per refill (a partition answer taken from the
+    /// buffer), from the first poll that finds nothing to yield to the answer, not one per
+    /// record; with `process_spans(true)` each record carries its `process {topic}` span.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
             if let Some(cur) = &mut self.current {
@@ -458,11 +465,24 @@ impl futures_core::Stream for Reader {
                 }
                 self.current = None;
             }
+            // One poll span per refill of `current`, not per record.
+            self.refill.start(None);
             match self.shared.poll_take(cx, 1) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(Error::Reader(ReaderError::Closed))) => return Poll::Ready(None),
-                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Err(Error::Reader(ReaderError::Closed))) => {
+                    self.refill.failed(None);
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Err(e)) => {
+                    self.refill.failed(e.error_code());
+                    return Poll::Ready(Some(Err(e)));
+                }
                 Poll::Ready(Ok(parts)) => {
+                    self.refill.done(
+                        parts
+                            .iter()
+                            .map(|p| (&*p.topic, p.partition, p.records.len())),
+                    );
                     let mut parts = parts.into_iter();
                     self.current = parts.next().map(ConsumerRecords::new);
                     debug_assert!(parts.next().is_none(), "one partition at a time");
@@ -615,6 +635,7 @@ mod tests {
                 next_leader_epoch: None,
                 barrier: st.barrier("t", 0).expect("assigned"),
                 bytes: 10,
+                process: None,
             };
             st.push_records(records);
             st.cursor_mut("t", 0)

@@ -35,9 +35,25 @@ pub struct ConsumerRecord {
     pub value: Option<Bytes>,
     /// The headers, in order (KIP-82).
     pub headers: Vec<RecordHeader>,
+    /// The `process {topic}` span the reader made when built with `process_spans(true)`.
+    pub(crate) span: crate::ops::otel::RecordSpan,
 }
 
 impl ConsumerRecord {
+    /// The record's `process {topic}` span (OpenTelemetry's conventions, kind CONSUMER: the
+    /// attributes of [`ConsumerRecord::process_span`], the reader's group for a member),
+    /// made as the record was handed out when the reader was built with `process_spans(true)`
+    /// (`ReaderBuilder`, `GroupReaderBuilder`, `ShareReaderBuilder`) and a subscriber is
+    /// interested in `kafkit::otel` at INFO; `None` otherwise.
+    ///
+    /// The span ends when its last handle is dropped: the record's (and its clones'), and
+    /// any clone the application took (`record.span().cloned()` to move it into a task).
+    /// Run the processing in it: `handle(&record).instrument(record.span().cloned()
+    /// .unwrap_or_else(Span::none))` with `tracing::Instrument`, or `span.in_scope(..)`.
+    pub fn span(&self) -> Option<&tracing::Span> {
+        self.span.0.as_deref()
+    }
+
     /// The W3C `traceparent` the producer put in the record's headers; `None` when there is
     /// none, more than one, or it is malformed.
     pub fn traceparent(&self) -> Option<crate::ops::otel::TraceParent> {
@@ -116,6 +132,9 @@ pub struct PartitionRecords {
     pub(crate) barrier: Barrier,
     /// Bytes of record data these records came from (buffer accounting).
     pub(crate) bytes: usize,
+    /// The reader's process spans when they are on: each [`ConsumerRecord`] made of these
+    /// records gets one (set as the records are handed out).
+    pub(crate) process: Option<crate::ops::otel::ProcessSpans>,
 }
 
 impl PartitionRecords {
@@ -165,7 +184,9 @@ impl PartitionRecords {
         dropped
     }
 
-    /// The records as [`ConsumerRecord`]s (moved out, no copy of their bytes).
+    /// The records as [`ConsumerRecord`]s (moved out, no copy of their bytes). With the
+    /// reader's `process_spans(true)`, each record gets its process span
+    /// ([`ConsumerRecord::span`]) as the iterator yields it.
     pub fn into_consumer_records(self) -> impl Iterator<Item = ConsumerRecord> {
         ConsumerRecords::new(self)
     }
@@ -181,6 +202,7 @@ pub(crate) struct ConsumerRecords {
     span: usize,
     index: usize,
     pub(crate) barrier: Barrier,
+    process: Option<crate::ops::otel::ProcessSpans>,
 }
 
 impl ConsumerRecords {
@@ -211,6 +233,7 @@ impl ConsumerRecords {
             span: 0,
             index: 0,
             barrier: p.barrier,
+            process: p.process,
         }
     }
 }
@@ -229,6 +252,16 @@ impl Iterator for ConsumerRecords {
         }
         let span = self.spans.get(self.span);
         self.index += 1;
+        let process = match &self.process {
+            None => crate::ops::otel::RecordSpan::default(),
+            Some(p) => p.span(
+                &self.topic,
+                self.partition,
+                r.offset,
+                r.key.as_deref(),
+                &r.headers,
+            ),
+        };
         Some(ConsumerRecord {
             topic: Arc::clone(&self.topic),
             partition: self.partition,
@@ -239,6 +272,7 @@ impl Iterator for ConsumerRecords {
             key: r.key,
             value: r.value,
             headers: r.headers,
+            span: process,
         })
     }
 
@@ -282,6 +316,7 @@ mod tests {
                 version: 0,
             },
             bytes: 0,
+            process: None,
         };
         assert_eq!(p.leader_epoch(1), Some(3));
         assert_eq!(p.leader_epoch(2), Some(4));

@@ -226,8 +226,19 @@ impl Shared {
         self.wake_sources();
         match err {
             Some(e) if out.is_empty() => Poll::Ready(Err(e)),
-            _ => Poll::Ready(Ok(out)),
+            _ => Poll::Ready(Ok(self.with_process_spans(out))),
         }
+    }
+
+    /// Hands the reader's process spans to the records taken when they are on (one clone
+    /// per partition answer; a branch when off).
+    fn with_process_spans(&self, mut out: Vec<PartitionRecords>) -> Vec<PartitionRecords> {
+        if self.config.process_spans {
+            for p in &mut out {
+                p.process = Some(self.config.process.clone());
+            }
+        }
+        out
     }
 
     /// `plan` of the source of `node`: the cursors it fetches this round, marked in flight.

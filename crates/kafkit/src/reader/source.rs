@@ -661,6 +661,7 @@ fn partition_records(
         next_leader_epoch: answer.next.leader_epoch.filter(|e| *e >= 0),
         barrier: planned.barrier.clone(),
         bytes: data.len(),
+        process: None,
     }
 }
 
@@ -1184,6 +1185,7 @@ mod tests {
                 next_leader_epoch: None,
                 barrier: st.barrier("t", 0).unwrap(),
                 bytes: 100,
+                process: None,
             };
             st.push_records(records);
         }

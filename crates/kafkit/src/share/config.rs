@@ -81,6 +81,9 @@ pub(crate) struct Config {
     pub(crate) client_rack: Option<String>,
     pub(crate) retry_backoff: Duration,
     pub(crate) on_acknowledged: Option<AckCallback>,
+    /// Per-record process spans (`process_spans`), with the group and the hook.
+    pub(crate) process: Option<crate::ops::otel::ProcessSpans>,
+    pub(crate) on_traceparent: Option<crate::ops::otel::TraceParentHook>,
 }
 
 /// Builds a [`ShareReader`]: a member of a share group (KIP-932). Every setting, its default and
@@ -99,6 +102,8 @@ pub(crate) struct Config {
 /// | `fetch_max_bytes` | 50 MiB | bytes | `fetch.max.bytes` |
 /// | `client_rack` | none | string | `client.rack` |
 /// | `retry_backoff` | 100 ms | `Duration` | `retry.backoff.ms` |
+/// | `process_spans` | false | bool | (OTel instrumentation's process spans) |
+/// | `on_traceparent` | none | `Fn(&Span, &TraceParent)` | |
 #[must_use]
 pub struct ShareReaderBuilder {
     transport: Transport,
@@ -131,6 +136,8 @@ impl ShareReaderBuilder {
                 client_rack: None,
                 retry_backoff: Duration::from_millis(100),
                 on_acknowledged: None,
+                process: None,
+                on_traceparent: None,
             },
         }
     }
@@ -224,6 +231,28 @@ impl ShareReaderBuilder {
         self
     }
 
+    /// Makes a `process {topic}` span (OpenTelemetry's messaging conventions, kind CONSUMER:
+    /// topic, partition, offset, UTF-8 key, the share group) for every record a poll or the
+    /// stream hands out; the record carries it ([`ConsumerRecord::span`](crate::ConsumerRecord::span))
+    /// and it ends when the record is dropped. Default false (a span per record costs); off,
+    /// no span is made and a poll pays one branch.
+    pub fn process_spans(mut self, on: bool) -> Self {
+        self.config.process = on.then(crate::ops::otel::ProcessSpans::default);
+        self
+    }
+
+    /// Called with each process span (see [`ShareReaderBuilder::process_spans`]) whose record
+    /// carries a valid W3C `traceparent`, before the record is handed out: set the parent or
+    /// add a link there (docs/observability.md has the code). Keep it short, never block.
+    /// Default none.
+    pub fn on_traceparent(
+        mut self,
+        hook: impl Fn(&tracing::Span, &crate::TraceParent) + Send + Sync + 'static,
+    ) -> Self {
+        self.config.on_traceparent = Some(Arc::new(hook));
+        self
+    }
+
     /// Builds the reader and starts its member task, which joins the group (one
     /// ShareGroupHeartbeat) at once. Needs a Tokio runtime.
     ///
@@ -249,6 +278,11 @@ impl ShareReaderBuilder {
                 "fetch.min.bytes must be at least 0 and fetch.max.bytes at least 1".into(),
             ));
         }
-        Ok(ShareReader::start(self.transport, self.config))
+        let mut config = self.config;
+        if let Some(p) = &mut config.process {
+            p.group = Some(Arc::from(config.group_id.as_str()));
+            p.hook = config.on_traceparent.clone();
+        }
+        Ok(ShareReader::start(self.transport, config))
     }
 }

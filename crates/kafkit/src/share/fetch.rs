@@ -760,6 +760,7 @@ fn decode_acquired(
                         key: r.key,
                         value: r.value,
                         headers: r.headers,
+                        span: Default::default(),
                     },
                     delivery_count: u16::try_from(a.delivery_count).unwrap_or(0),
                     lock_deadline,

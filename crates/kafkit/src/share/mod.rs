@@ -347,9 +347,20 @@ impl ShareReader {
     ///
     /// Cancel safe: the requests go on in their own tasks, and records that came in are
     /// handed out by the next poll.
+    ///
+    /// # Tracing
+    ///
+    /// One `poll {topic}` span per call (`poll` when the records come from several topics),
+    /// with the share group as `messaging.consumer.group.name` and the records handed out as
+    /// `messaging.batch.message_count` (0 after a timeout); with `process_spans(true)` each
+    /// record carries its `process {topic}` span.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>> {
         let max = usize::try_from(self.shared.config.max_poll_records).unwrap_or(usize::MAX);
-        self.poll_up_to(timeout, max).await
+        let mut span = crate::ops::otel::RefillSpan::default();
+        span.start(Some(&self.shared.config.group_id));
+        let out = self.poll_up_to(timeout, max).await;
+        poll_ended(&mut span, &out, &[]);
+        out
     }
 
     /// A poll handing out at most `max` records (the stream takes one at a time).
@@ -465,7 +476,7 @@ impl ShareReader {
     /// Hands out up to `max` of the fetched records.
     fn hand_out(&mut self, max: usize) -> Vec<ShareRecord> {
         let n = self.fetcher.ready.len().min(max);
-        let out: Vec<ShareRecord> = self.fetcher.ready.drain(..n).collect();
+        let mut out: Vec<ShareRecord> = self.fetcher.ready.drain(..n).collect();
         let mut acks = self.shared.acks();
         // Records come partition by partition: one look-up per run of one partition's records.
         let mut i = 0;
@@ -478,6 +489,18 @@ impl ShareReader {
         }
         drop(acks);
         member::Counters::add(&self.shared.stats.records_delivered, n as u64);
+        if let Some(p) = &self.shared.config.process {
+            for r in &mut out {
+                let c = &r.record;
+                r.record.span = p.span(
+                    &c.topic,
+                    c.partition,
+                    c.offset,
+                    c.key.as_deref(),
+                    &c.headers,
+                );
+            }
+        }
         out
     }
 
@@ -563,6 +586,7 @@ impl ShareReader {
             idle: Some(self),
             running: None,
             ended: false,
+            refill: crate::ops::otel::RefillSpan::default(),
         }
     }
 
@@ -623,6 +647,8 @@ pub struct ShareStream<'a> {
     idle: Option<&'a mut ShareReader>,
     running: Option<Polling<'a>>,
     ended: bool,
+    /// The poll span of a refill: from a poll that found nothing fetched to the records.
+    refill: crate::ops::otel::RefillSpan,
 }
 
 impl std::fmt::Debug for ShareStream<'_> {
@@ -648,6 +674,10 @@ impl futures_core::Stream for ShareStream<'_> {
                     let Some(reader) = this.idle.take() else {
                         return Poll::Ready(None);
                     };
+                    if reader.fetcher.ready.is_empty() {
+                        // One poll span per refill of what was fetched, not per record.
+                        this.refill.start(Some(&reader.shared.config.group_id));
+                    }
                     this.running.insert(Box::pin(async move {
                         let r = reader.poll_up_to(Duration::from_secs(1), 1).await;
                         (reader, r)
@@ -658,6 +688,10 @@ impl futures_core::Stream for ShareStream<'_> {
                 return Poll::Pending;
             };
             this.running = None;
+            if !matches!(&r, Ok(records) if records.is_empty()) {
+                // A refill that timed out empty goes on in the next poll, under the same span.
+                poll_ended(&mut this.refill, &r, reader.fetcher.ready.make_contiguous());
+            }
             this.idle = Some(reader);
             match r {
                 Ok(mut records) => {
@@ -688,6 +722,24 @@ impl Drop for ShareReader {
         }
     }
 }
+/// Ends a share `poll` span (`ops/otel.rs`): the records handed out and `more` fetched with
+/// them (a stream's refill counts what it brought in), or `error.type`.
+fn poll_ended(
+    span: &mut crate::ops::otel::RefillSpan,
+    out: &Result<Vec<ShareRecord>>,
+    more: &[ShareRecord],
+) {
+    match out {
+        Ok(records) => span.done(
+            records
+                .iter()
+                .chain(more)
+                .map(|r| (&*r.topic, r.partition, 1)),
+        ),
+        Err(e) => span.failed(e.error_code()),
+    }
+}
+
 /// Ends a share `acknowledge` span (`ops/otel.rs`): the number of records acknowledged, and
 /// `error.type` from the first partition the broker refused.
 fn end_settle_span(span: &tracing::Span, settled: &[AcknowledgementCommit]) {

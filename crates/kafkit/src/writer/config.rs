@@ -25,6 +25,7 @@
 //! | `topic` | none | a legal topic name (1 to 249 of `[a-zA-Z0-9._-]`, not `.`, `..`) | (kafka-go `Writer.Topic`) | Topic of records that name none. |
 //! | `enable_idempotence` | true (false when it was not set and `acks` is not `all` or more than 5 requests are in flight) | | `enable.idempotence` | Producer id and sequences: no duplicates on retry (KIP-98). |
 //! | `on_completion` | none | | (Java `Callback`, librdkafka `dr_msg_cb`) | Called once per record with its outcome. |
+//! | `traceparent_from` | none | `Fn() -> Option<TraceParent>` | (Java OTel instrumentation's propagation) | Fills the W3C `traceparent` header of each record that has none when the writer takes it. |
 //! | `transactional_id` | none | a non-empty string | `transactional.id` | Makes the writer transactional (KIP-98; idempotence on, `acks` all). |
 //! | `transaction_timeout` | 1 min | `Duration`, 1 ms..=2^31-1 ms | `transaction.timeout.ms` | Longest a transaction may stay open before the coordinator aborts it. |
 
@@ -73,6 +74,8 @@ pub(crate) struct Config {
     /// `enable_idempotence(true)` was called (no silent fallback then).
     pub(crate) idempotence_explicit: bool,
     pub(crate) on_completion: Option<CompletionCallback>,
+    /// The application's trace context for records without a `traceparent` header.
+    pub(crate) traceparent_from: Option<crate::ops::otel::TraceParentSource>,
     /// Transactions (KIP-98) with this id; `None`: not transactional.
     pub(crate) transactional_id: Option<String>,
     pub(crate) transaction_timeout_ms: u64,
@@ -150,6 +153,7 @@ pub struct WriterBuilder {
     topic: Option<String>,
     enable_idempotence: Option<bool>,
     on_completion: Option<CompletionCallback>,
+    traceparent_from: Option<crate::ops::otel::TraceParentSource>,
     transactional_id: Option<String>,
     transaction_timeout: Duration,
 }
@@ -188,6 +192,7 @@ impl WriterBuilder {
             topic: None,
             enable_idempotence: None,
             on_completion: None,
+            traceparent_from: None,
             transactional_id: None,
             transaction_timeout: DEFAULT_TRANSACTION_TIMEOUT,
         }
@@ -371,6 +376,30 @@ impl WriterBuilder {
         self
     }
 
+    /// Fills the W3C `traceparent` header of every record that carries none (Java's
+    /// OpenTelemetry instrumentation propagates the producer's context the same way): `source`
+    /// is called once per such record when `send` (or its kin) takes it, on the caller's task,
+    /// so `tracing::Span::current()` is the caller's span; it returns the context to carry,
+    /// or `None` to leave the record as it is. A record with a `traceparent` header of its own
+    /// ([`ProducerRecord::traceparent`](super::ProducerRecord::traceparent)) keeps it. Unset
+    /// (the default), the writer pays one branch per record. With `tracing-opentelemetry` it
+    /// is two lines (docs/observability.md, "Trace context in records"):
+    ///
+    /// ```ignore
+    /// .traceparent_from(|| {
+    ///     let cx = tracing::Span::current().context(); // OpenTelemetrySpanExt
+    ///     let sc = cx.span().span_context().clone();   // TraceContextExt
+    ///     TraceParent::new(sc.trace_id().to_bytes(), sc.span_id().to_bytes(), sc.trace_flags().to_u8())
+    /// })
+    /// ```
+    pub fn traceparent_from(
+        mut self,
+        source: impl Fn() -> Option<crate::ops::otel::TraceParent> + Send + Sync + 'static,
+    ) -> Self {
+        self.traceparent_from = Some(Arc::new(source));
+        self
+    }
+
     /// Makes the writer transactional (Java `transactional.id`, KIP-98): records are written
     /// in transactions ([`Writer::init_transactions`], [`Writer::begin_transaction`],
     /// [`Writer::commit_transaction`], [`Writer::abort_transaction`]) that `read_committed`
@@ -549,6 +578,7 @@ impl WriterBuilder {
             idempotent: idempotent || transactional,
             idempotence_explicit: self.enable_idempotence == Some(true) || transactional,
             on_completion: self.on_completion.clone(),
+            traceparent_from: self.traceparent_from.clone(),
             transactional_id: self.transactional_id.clone(),
             transaction_timeout_ms: t.transaction_timeout,
         }

@@ -147,6 +147,27 @@ pub struct Writer {
     _guard: Arc<DropGuard>,
 }
 
+/// `record` with a `traceparent` header from the writer's `traceparent_from` when it has one
+/// and the record none (`ops/otel.rs`, `with_traceparent`); the new headers live in `slot`.
+/// Unset, one branch.
+#[inline]
+fn with_traceparent<'a>(
+    config: &config::Config,
+    record: ProducerRecordRef<'a>,
+    slot: &'a mut Option<Vec<kafkit_protocol::records::RecordHeader>>,
+) -> ProducerRecordRef<'a> {
+    let Some(source) = &config.traceparent_from else {
+        return record;
+    };
+    match crate::ops::otel::with_traceparent(source, record.headers) {
+        None => record,
+        Some(headers) => ProducerRecordRef {
+            headers: slot.insert(headers),
+            ..record
+        },
+    }
+}
+
 /// Closes the writer gently when the last [`Writer`] clone goes away.
 #[derive(Debug)]
 struct DropGuard(Arc<Inner>);
@@ -293,6 +314,8 @@ impl Writer {
     ) -> Result<Option<DeliveryFuture>, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
+        let mut traced = None;
+        let record = with_traceparent(&inner.config, record, &mut traced);
         let prepared = match inner.send_at_once(record, want_future)? {
             AtOnce::Done(result) => return result,
             AtOnce::Wait(p) => p,
@@ -356,6 +379,8 @@ impl Writer {
     ) -> Result<DeliveryFuture, ProduceError> {
         let inner = &self.inner;
         inner.ensure_started()?;
+        let mut traced = None;
+        let record = with_traceparent(&inner.config, record, &mut traced);
         let mut prepared = inner.prepare(record, true)?;
         // The common case without the state lock, as `send` (the partition's slot only).
         if let Some(result) = inner.append_fast(&mut prepared) {

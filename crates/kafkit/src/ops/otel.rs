@@ -526,6 +526,46 @@ mod tests {
     }
 
     #[test]
+    fn the_writers_source_fills_only_a_missing_traceparent() {
+        let tp = TraceParent::parse(GOOD.as_bytes()).unwrap();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let source: TraceParentSource = Arc::new(move || {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Some(tp)
+        });
+        let other = RecordHeader::new("other", Some(bytes::Bytes::from_static(b"x")));
+        let filled = with_traceparent(&source, std::slice::from_ref(&other)).unwrap();
+        assert_eq!(filled.len(), 2);
+        assert_eq!(
+            filled[0], other,
+            "the record's headers come first, in order"
+        );
+        assert_eq!(TraceParent::from_headers(&filled), Some(tp));
+        // A record with a traceparent of its own keeps it, malformed or not, and the source
+        // is not asked.
+        let own = [RecordHeader::new(
+            "traceparent",
+            Some(bytes::Bytes::from_static(b"x")),
+        )];
+        assert_eq!(with_traceparent(&source, &own), None);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+        let nothing: TraceParentSource = Arc::new(|| None);
+        assert_eq!(with_traceparent(&nothing, &[]), None);
+    }
+
+    #[test]
+    fn a_records_span_is_not_part_of_its_value() {
+        let none = tracing::subscriber::NoSubscriber::default();
+        tracing::subscriber::with_default(none, || {
+            assert_eq!(
+                RecordSpan::default(),
+                RecordSpan(Some(Box::new(Span::none())))
+            );
+        });
+    }
+
+    #[test]
     fn with_no_subscriber_no_span_is_built() {
         // With no subscriber interested every builder returns a disabled span (and evaluates
         // none of its fields).
@@ -536,6 +576,21 @@ mod tests {
             assert!(commit_span("g", None, None, Server::default()).is_disabled());
             assert!(settle_span("g").is_disabled());
             assert!(process_span(None, "t", 0, 0, None).is_disabled());
+            // Process spans on, nobody interested: no span, no allocation, no hook call.
+            let hook: TraceParentHook = Arc::new(|_, _| panic!("not called"));
+            let spans = ProcessSpans {
+                group: Some(Arc::from("g")),
+                hook: Some(hook),
+            };
+            let tp = [RecordHeader::new(
+                "traceparent",
+                Some(bytes::Bytes::from(GOOD)),
+            )];
+            assert!(spans.span("t", 0, 0, None, &tp).0.is_none());
+            let mut refill = RefillSpan::default();
+            refill.start(Some("g"));
+            refill.done(std::iter::once(("t", 0, 1)));
+            assert!(refill.0.is_none(), "ended");
         });
     }
 }

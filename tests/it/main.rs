@@ -70,6 +70,7 @@ mod group_upgrade_mock;
 mod java_peer_kafka;
 mod on_kafka;
 mod on_tansu;
+mod otel_kafka;
 mod otel_mock;
 mod peer_smoke;
 mod produce_ids_kafka;

@@ -338,7 +338,9 @@ async fn otel_stream_polls_per_refill_and_process_spans_get_the_traceparent() {
         "asked for the records without a traceparent only"
     );
 
-    let seen: Arc<Mutex<Vec<(Option<Id>, TraceParent)>>> = Arc::default();
+    /// What the hook got: the span's id and the traceparent.
+    type Hooked = Vec<(Option<Id>, TraceParent)>;
+    let seen: Arc<Mutex<Hooked>> = Arc::default();
     let hook_seen = Arc::clone(&seen);
     let mut reader = Reader::builder(transport(&bootstrap))
         .process_spans(true)

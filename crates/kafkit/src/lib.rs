@@ -185,7 +185,9 @@ pub use kafkit_protocol::records::{Record, RecordHeader};
 /// (`kafkit-sasl`).
 pub use kafkit_sasl as sasl;
 pub use ops::offsets::{ConsumerGroupMetadata, IsolationLevel, ListedOffset, OffsetSpec};
-pub use ops::otel::{OTEL_SEMCONV_VERSION, OTEL_TARGET, TraceParent};
+pub use ops::otel::{
+    OTEL_SEMCONV_VERSION, OTEL_TARGET, TraceParent, TraceParentHook, TraceParentSource,
+};
 pub use properties::{Properties, PropertyError};
 pub use reader::{
     AutoOffsetReset, ConsumerRecord, FetchState, PartitionRecords, PartitionStats, Position,

@@ -321,7 +321,8 @@ impl ReaderBuilder {
     /// carries a valid W3C `traceparent` header, before the record is handed out: the place
     /// to make the producer's span the parent or a link, with `tracing-opentelemetry`
     /// (docs/observability.md, "Trace context in records", has the code). Runs on the task
-    /// that takes the record: keep it short, never block. Default none.
+    /// that takes the record: keep it short, never block. Without `process_spans(true)` it is
+    /// never called. Default none.
     pub fn on_traceparent(
         mut self,
         hook: impl Fn(&tracing::Span, &TraceParent) + Send + Sync + 'static,

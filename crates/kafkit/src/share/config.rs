@@ -244,7 +244,7 @@ impl ShareReaderBuilder {
     /// Called with each process span (see [`ShareReaderBuilder::process_spans`]) whose record
     /// carries a valid W3C `traceparent`, before the record is handed out: set the parent or
     /// add a link there (docs/observability.md has the code). Keep it short, never block.
-    /// Default none.
+    /// Without `process_spans(true)` it is never called. Default none.
     pub fn on_traceparent(
         mut self,
         hook: impl Fn(&tracing::Span, &crate::TraceParent) + Send + Sync + 'static,

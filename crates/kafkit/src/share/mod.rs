@@ -359,7 +359,7 @@ impl ShareReader {
         let mut span = crate::ops::otel::RefillSpan::default();
         span.start(Some(&self.shared.config.group_id));
         let out = self.poll_up_to(timeout, max).await;
-        poll_ended(&mut span, &out, &[]);
+        poll_ended(&mut span, &out, std::iter::empty());
         out
     }
 
@@ -690,7 +690,7 @@ impl futures_core::Stream for ShareStream<'_> {
             this.running = None;
             if !matches!(&r, Ok(records) if records.is_empty()) {
                 // A refill that timed out empty goes on in the next poll, under the same span.
-                poll_ended(&mut this.refill, &r, reader.fetcher.ready.make_contiguous());
+                poll_ended(&mut this.refill, &r, reader.fetcher.ready.iter());
             }
             this.idle = Some(reader);
             match r {
@@ -722,12 +722,13 @@ impl Drop for ShareReader {
         }
     }
 }
+
 /// Ends a share `poll` span (`ops/otel.rs`): the records handed out and `more` fetched with
 /// them (a stream's refill counts what it brought in), or `error.type`.
-fn poll_ended(
+fn poll_ended<'a>(
     span: &mut crate::ops::otel::RefillSpan,
-    out: &Result<Vec<ShareRecord>>,
-    more: &[ShareRecord],
+    out: &'a Result<Vec<ShareRecord>>,
+    more: impl Iterator<Item = &'a ShareRecord>,
 ) {
     match out {
         Ok(records) => span.done(

@@ -64,7 +64,9 @@ impl ConsumerRecord {
     /// CONSUMER, with its partition, offset and UTF-8 key, and `group` as
     /// `messaging.consumer.group.name`); a disabled span, at the cost of a branch, when no
     /// subscriber is interested in `kafkit::otel` at INFO. Enter it around the processing, and
-    /// link it to [`ConsumerRecord::traceparent`] in the OpenTelemetry layer.
+    /// link it to [`ConsumerRecord::traceparent`] in the OpenTelemetry layer. A reader built
+    /// with `process_spans(true)` makes this span itself ([`ConsumerRecord::span`]) and hands
+    /// it to its `on_traceparent` hook.
     pub fn process_span(&self, group: Option<&str>) -> tracing::Span {
         crate::ops::otel::process_span(
             group,

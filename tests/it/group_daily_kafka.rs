@@ -20,8 +20,6 @@ async fn pause_keeps_the_partition_and_hands_out_nothing_consumer() {
 /// coordinator reassigns; unsubscribed, it revokes (commits) and leaves with epoch -1;
 /// subscribed again, it joins at epoch 0 and resumes at its commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky under the gate's load (1 run in 3, 2026-12-05): the revocation commit of an \
-            unsubscribing KIP-848 member was read back as 0, not 4; an open defect (docs/testing.md)"]
 async fn subscription_changes_after_build_consumer() {
     resubscribe_body(GroupProtocol::Consumer).await;
 }

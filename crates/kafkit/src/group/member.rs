@@ -76,7 +76,10 @@ pub(crate) struct Member {
     /// A revocation is being carried out: its commits go out with the generation that is
     /// ending and are never deferred to the end of the rebalance (which waits for them).
     revoking: bool,
-    commits: JoinSet<(CommitRequest, Vec<commit::Offset>, Result<CommitAnswer>)>,
+    commits: JoinSet<CommitDone>,
+    /// The partitions each commit in flight names, by its task: a commit naming one of them
+    /// waits until that one is answered ([`Member::flush_deferred`]).
+    in_flight: HashMap<tokio::task::Id, Vec<(String, i32)>>,
     deferred: Vec<(CommitRequest, Instant)>,
     /// How many commits were asked for (the last `CommitRequest::seq`).
     commit_seq: u64,
@@ -122,6 +125,9 @@ pub(crate) struct Member {
 /// An OffsetCommit answer (its topics named) and the topic ids its request carried.
 type CommitAnswer = (OffsetCommitResponse, HashMap<String, Uuid>);
 
+/// What a commit's task ends with: the request, the offsets it sent, the answer.
+type CommitDone = (CommitRequest, Vec<commit::Offset>, Result<CommitAnswer>);
+
 impl Member {
     pub(crate) fn new(
         shared: Arc<Shared>,
@@ -144,6 +150,7 @@ impl Member {
             commit_ready: false,
             revoking: false,
             commits: JoinSet::new(),
+            in_flight: HashMap::new(),
             deferred: Vec::new(),
             commit_seq: 0,
             newest: std::collections::HashMap::new(),
@@ -210,10 +217,8 @@ impl Member {
                         self.wake = true;
                     }
                 },
-                Some(done) = self.commits.join_next(), if !self.commits.is_empty() => {
-                    if let Ok((req, offsets, result)) = done {
-                        self.on_commit_answer(req, offsets, result);
-                    }
+                Some(done) = self.commits.join_next_with_id(), if !self.commits.is_empty() => {
+                    self.commit_ended(done);
                 }
                 beat = async { hb.expect("guarded").await }, if has_hb => {
                     self.heartbeat = None;
@@ -247,7 +252,14 @@ impl Member {
         if self.deferred.is_empty() || !self.may_commit() {
             return None;
         }
-        let first = self.deferred.iter().map(|(_, at)| *at).min()?;
+        // A commit waiting for an earlier one in flight is woken by that one's answer (a due
+        // time in the past would spin this loop until then).
+        let first = self
+            .deferred
+            .iter()
+            .filter(|(req, _)| !self.behind_in_flight(req))
+            .map(|(_, at)| *at)
+            .min()?;
         if self.coord.connected().is_some() {
             Some(first)
         } else if self.finding.is_none() {
@@ -359,17 +371,17 @@ impl Member {
                 tracing::debug!(group = %self.group_id(), "commits still in flight at the rejoin");
                 return Ok(());
             }
+            // A commit waiting for an earlier one in flight is woken by that one's answer.
             let retry_at = self
                 .deferred
                 .iter()
+                .filter(|(req, _)| !self.behind_in_flight(req))
                 .map(|(_, at)| *at)
                 .min()
                 .map_or(deadline, |at| at.clamp(Instant::now(), deadline));
             tokio::select! {
-                Some(done) = self.commits.join_next(), if !self.commits.is_empty() => {
-                    if let Ok((req, offsets, result)) = done {
-                        self.on_commit_answer(req, offsets, result);
-                    }
+                Some(done) = self.commits.join_next_with_id(), if !self.commits.is_empty() => {
+                    self.commit_ended(done);
                 }
                 () = sleep_until(retry_at) => {}
             }
@@ -807,7 +819,8 @@ impl Member {
         let now = Instant::now();
         let mut keep = Vec::new();
         for (mut req, at) in std::mem::take(&mut self.deferred) {
-            // Commits go out in the order asked, except one sent again after a retriable
+            // Commits go out in the order asked (one naming a partition of a commit in flight
+            // waits for its answer: `behind_in_flight`), except one sent again after a retriable
             // refusal: a partition a newer commit names is left to that one, or the resend
             // would move its committed offset back (Java retries a sync commit before the
             // next is asked; franz-go sends one commit at a time).
@@ -832,7 +845,7 @@ impl Member {
                 continue;
             }
             let may = self.may_commit();
-            if !may || at > now {
+            if !may || at > now || self.behind_in_flight(&req) {
                 keep.push((req, at));
                 continue;
             }
@@ -862,7 +875,8 @@ impl Member {
             let send = self.coord.send_at(node, conn, req_msg, version);
             let span = tracing::debug_span!("commit", group = %self.shared.config.group_id, partitions = offsets.len(), version);
             let otel_span = self.commit_otel_span(node, &offsets);
-            self.commits.spawn(tracing::Instrument::instrument(
+            let names = offsets.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
+            let task = self.commits.spawn(tracing::Instrument::instrument(
                 async move {
                     let r = send.await.map(|(_, mut r)| {
                         commit::name_commit_answer(&mut r, &ids);
@@ -873,8 +887,41 @@ impl Member {
                 },
                 span,
             ));
+            self.in_flight.insert(task.id(), names);
         }
         self.deferred.extend(keep);
+    }
+
+    /// Whether `req` names a partition that a commit in flight names: it waits for that one's
+    /// answer. Each commit is sent from a task of its own, its request queued on the
+    /// coordinator's connection when that task first runs, so two commits in flight at once
+    /// may reach the coordinator in either order: an auto-commit of an older position asked
+    /// just before a revocation's commit could land after it and move the committed offset
+    /// back (Java sends a member's commits in order on its one coordinator connection;
+    /// franz-go sends one commit at a time).
+    fn behind_in_flight(&self, req: &CommitRequest) -> bool {
+        req.offsets.iter().any(|(t, p, _)| {
+            self.in_flight
+                .values()
+                .any(|names| names.iter().any(|(nt, np)| nt == t && np == p))
+        })
+    }
+
+    /// A commit's task ended: its partitions are free for the next commit; its answer, if it
+    /// has one (not when the task was aborted), is handled.
+    fn commit_ended(
+        &mut self,
+        done: std::result::Result<(tokio::task::Id, CommitDone), tokio::task::JoinError>,
+    ) {
+        match done {
+            Ok((id, (req, offsets, result))) => {
+                self.in_flight.remove(&id);
+                self.on_commit_answer(req, offsets, result);
+            }
+            Err(e) => {
+                self.in_flight.remove(&e.id());
+            }
+        }
     }
 
     /// The `commit` span (OpenTelemetry's conventions, `ops/otel.rs`) of one OffsetCommit to
@@ -1011,15 +1058,13 @@ impl Member {
     pub(crate) async fn shutdown(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while !self.commits.is_empty() {
-            match tokio::time::timeout_at(deadline, self.commits.join_next()).await {
-                Ok(Some(Ok((req, offsets, result)))) => {
-                    self.on_commit_answer(req, offsets, result);
-                }
-                Ok(Some(Err(_))) => {}
+            match tokio::time::timeout_at(deadline, self.commits.join_next_with_id()).await {
+                Ok(Some(done)) => self.commit_ended(done),
                 Ok(None) | Err(_) => break,
             }
         }
         self.commits.abort_all();
+        self.in_flight.clear();
         if let Some(f) = self.finding.take() {
             f.abort();
         }

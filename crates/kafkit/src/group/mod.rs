@@ -1024,8 +1024,9 @@ impl GroupReader {
     /// are kept, so the next commit carries them. A commit that meets `REBALANCE_IN_PROGRESS`
     /// or a moving coordinator is retried (until the transport's default API timeout, then
     /// `CommitFailed` with `REQUEST_TIMED_OUT`), without the partitions a newer commit names
-    /// (it never moves a committed offset back; with none left it succeeds).
-    /// [`GroupError::Closed`] once closed.
+    /// (it never moves a committed offset back; with none left it succeeds). Commits of a
+    /// partition reach the coordinator in the order they were asked: one waits while an
+    /// earlier commit of the same partition is in flight. [`GroupError::Closed`] once closed.
     ///
     /// # Cancel safety
     ///

@@ -805,6 +805,29 @@ async fn kip848_a_commit_refused_unknown_topic_id_is_sent_again_by_name() {
         .await
         .expect("DeleteTopics");
     deleted[0].1.as_ref().expect("deleted");
+    // DeleteTopics is answered once the controller has the deletion; the broker applies it to
+    // the metadata its coordinator checks commits against a moment later (longer under load),
+    // and until then Kafka takes the commit (this test failed 2 runs in 16 beside the rest of
+    // `group_kafka` and two busy processes). Wait until a fresh Metadata request no longer finds
+    // the topic (a transport of its own each time: the member's keeps the old id).
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let md = transport()
+            .metadata_for(&[gone.as_str()])
+            .await
+            .expect("metadata");
+        if md
+            .topic(&gone)
+            .is_none_or(|t| t.error_code == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the broker still lists {gone}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     relay.capture(OffsetCommitRequest::API_KEY as i16);
     let e = m
         .handle()

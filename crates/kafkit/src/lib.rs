@@ -184,6 +184,7 @@ pub use kafkit_protocol::records::{Record, RecordHeader};
 /// SASL mechanisms for [`DialerBuilder::sasl`]: PLAIN, SCRAM, OAUTHBEARER, AWS_MSK_IAM
 /// (`kafkit-sasl`).
 pub use kafkit_sasl as sasl;
+pub use ops::meter;
 pub use ops::offsets::{ConsumerGroupMetadata, IsolationLevel, ListedOffset, OffsetSpec};
 pub use ops::otel::{
     OTEL_SEMCONV_VERSION, OTEL_TARGET, TraceParent, TraceParentHook, TraceParentSource,

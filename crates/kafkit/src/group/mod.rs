@@ -845,7 +845,7 @@ impl GroupReader {
         let span = crate::ops::otel::poll_span(Some(&self.shared.config.group_id));
         let max = self.shared.reader_settings.0;
         let out = std::future::poll_fn(|cx| self.poll_batch(cx, max)).await;
-        crate::reader::poll_ended(&span, out)
+        crate::reader::poll_ended(&span, Some(&self.shared.config.group_id), out)
     }
 
     fn poll_batch(

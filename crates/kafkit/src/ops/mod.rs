@@ -10,6 +10,7 @@
 //! so the clients above share one definition of each operation.
 
 pub(crate) mod configs;
+pub mod meter;
 pub(crate) mod offsets;
 pub(crate) mod otel;
 pub(crate) mod topics;

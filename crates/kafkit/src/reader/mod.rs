@@ -358,7 +358,7 @@ impl Reader {
         let span = crate::ops::otel::poll_span(None);
         let max = self.shared.config.max_poll_records;
         let out = std::future::poll_fn(|cx| self.shared.poll_take(cx, max)).await;
-        let out = poll_ended(&span, out)?;
+        let out = poll_ended(&span, None, out)?;
         let n: usize = out.iter().map(|p| p.records.len()).sum();
         Counters::add(&self.shared.counters.delivered, n as u64);
         Ok(out)
@@ -494,18 +494,25 @@ impl futures_core::Stream for Reader {
 
 /// Ends a `poll` span (`ops/otel.rs`) with what the poll handed out: the record count and the
 /// topic (or `error.type`); the result passes through. The group member's `next_batch` ends
-/// its span here too.
+/// its span here too. With the cargo feature `metrics`, each partition's records count as
+/// `messaging.client.consumed.messages` (of `group`, for a member).
 pub(crate) fn poll_ended(
     span: &tracing::Span,
+    group: Option<&str>,
     out: Result<Vec<PartitionRecords>>,
 ) -> Result<Vec<PartitionRecords>> {
     match &out {
-        Ok(parts) => crate::ops::otel::poll_done(
-            span,
-            parts
-                .iter()
-                .map(|p| (&*p.topic, p.partition, p.records.len())),
-        ),
+        Ok(parts) => {
+            for p in parts.iter().filter(|_| crate::ops::meter::ENABLED) {
+                crate::ops::meter::consumed_messages(&p.topic, p.records.len() as u64, group);
+            }
+            crate::ops::otel::poll_done(
+                span,
+                parts
+                    .iter()
+                    .map(|p| (&*p.topic, p.partition, p.records.len())),
+            )
+        }
         Err(e) => crate::ops::otel::record_error(span, e.error_code()),
     }
     out

@@ -31,6 +31,7 @@ use crate::conn::Conn;
 use crate::conn::metadata::Metadata;
 use crate::dialer::Dialer;
 use crate::error::{Error, Result};
+use crate::ops::meter::{self, ConnEvent};
 use crate::ops::topics::is_valid_topic_name;
 use crate::time::millis;
 
@@ -1107,12 +1108,14 @@ impl Transport {
         {
             Ok(c) => {
                 tracing::debug!(node, ?kind, addr, "connected");
+                meter::connection(node, ConnEvent::Connect);
                 self.note_versions(&c);
                 lock(&self.inner.failed_at).remove(&node);
                 pool.put(node, kind, c.clone());
                 Ok(c)
             }
             Err(e) => {
+                meter::connection(node, ConnEvent::ConnectError);
                 self.note_failure(node, &e);
                 Err(e)
             }

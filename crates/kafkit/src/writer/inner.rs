@@ -1122,12 +1122,18 @@ impl Inner {
             records += n;
             cost += batch.cost;
             match outcome {
-                Outcome::Written { .. } => self.stats.acked(
-                    n as u64,
-                    batch.encoded.as_ref().map_or(0, |b| b.len() as u64),
-                    now.saturating_duration_since(batch.created),
-                ),
+                Outcome::Written { .. } => {
+                    self.stats.acked(
+                        n as u64,
+                        batch.encoded.as_ref().map_or(0, |b| b.len() as u64),
+                        now.saturating_duration_since(batch.created),
+                    );
+                    crate::ops::meter::sent_messages(&batch.shared.topic, n as u64, || None);
+                }
                 Outcome::Failed { error, .. } => {
+                    crate::ops::meter::sent_messages(&batch.shared.topic, n as u64, || {
+                        Some(crate::ops::otel::error_type(error.error_code()))
+                    });
                     tracing::debug!(
                         topic = %batch.shared.topic,
                         partition = batch.shared.partition,

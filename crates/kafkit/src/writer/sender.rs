@@ -23,7 +23,7 @@ use crate::conn::Conn;
 use crate::conn::produce::Acks;
 use crate::error::Error;
 use crate::error::produce::ProduceError;
-use crate::ops::otel;
+use crate::ops::{meter, otel};
 use crate::transport::ConnKind;
 
 /// Broker `broker`'s plan at `now` (`State::plan_into`), with its request's batches in kept
@@ -355,6 +355,14 @@ async fn run_request(
             acks = config.acks.as_i16()
         );
         let otel_spans = send_spans(&inner, broker, &lists.sent);
+        meter::produce_batches(
+            broker,
+            lists
+                .sent
+                .iter()
+                .map(|(_, b, _)| (&b.shared.topic, b.count() as u64)),
+        );
+        let started = meter::start();
         let mut shutdown = inner.shutdown_rx();
         let mut answer = std::mem::take(&mut lists.answer);
         let result = tokio::select! {
@@ -370,6 +378,12 @@ async fn run_request(
         };
         #[cfg(test)]
         inner.panic_if_asked();
+        meter::operation_duration("send", started, || {
+            result
+                .as_ref()
+                .err()
+                .map(|e| otel::error_type(e.error.error_code()))
+        });
         let answered = result.as_ref().map(|&answered| answered.then_some(&answer));
         judge(&inner, broker, answered, &mut lists);
         end_send_spans(otel_spans, &lists.verdicts);

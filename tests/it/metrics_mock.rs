@@ -1,29 +1,24 @@
 //! The `metrics` cargo feature on librdkafka's mock cluster: a Writer writes N records and a
-//! Reader reads them back under `metrics-exporter-prometheus`; the scraped text says N sent
-//! and N consumed for the topic, and times the Produce requests.
+//! group member reads them back (timing each record with a `ProcessMeter`), commits and closes,
+//! then the transport closes its connections, all under a `metrics-exporter-prometheus`
+//! recorder; the scraped text is checked against what was sent, read and closed.
+//!
+//! The recorder is this thread's own (`metrics::with_local_recorder`) and the client runs on a
+//! current-thread runtime inside it: every recording of this test, and none of any other test
+//! of the process, reaches it, so per-broker counters can be checked exactly.
 
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::time::Duration;
 
-use integration_tests::{mock_cluster, unique_topic};
-use kafkit::{ProducerRecord, Reader, StartOffset, Transport, Writer};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use integration_tests::{GroupMock, unique_topic};
+use kafkit::meter::ProcessMeter;
+use kafkit::protocol::ApiKey;
+use kafkit::{AutoOffsetReset, GroupReader, ProducerRecord, Reader, Transport, Writer};
+use metrics_exporter_prometheus::PrometheusBuilder;
 
 const RECORDS: u64 = 250;
 const PARTITIONS: i32 = 3;
-
-/// The process-wide Prometheus recorder (a process has one global recorder; each test's
-/// unique topic keeps its series apart).
-fn prometheus() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        metrics::set_global_recorder(recorder).expect("no other global recorder");
-        kafkit::meter::describe_metrics();
-        handle
-    })
-}
+const NODES: [i32; 3] = [1, 2, 3];
 
 /// The sum of the samples of `metric` whose label set has every `label="value"` of `labels`
 /// (the exporter writes dots as underscores), and how many lines matched.
@@ -49,15 +44,27 @@ fn sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> (f64, usize) {
     (total, lines)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_scraped_text_counts_what_was_sent_and_consumed() {
-    let handle = prometheus();
-    let cluster = mock_cluster(3);
-    let topic = unique_topic("metrics");
-    cluster
-        .create_topic(&topic, PARTITIONS, 1)
-        .expect("mock create_topic");
-    let transport = Transport::builder(cluster.bootstrap_servers().split(','))
+/// The value of one series (the sum of the matching lines, asserting there is one).
+fn one(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    let (v, lines) = sum(text, metric, labels);
+    assert_eq!(lines, 1, "one {metric} series for {labels:?}:\n{text}");
+    v
+}
+
+/// What the run saw through the clients' own counters, to check the scrape against.
+struct Seen {
+    topic: String,
+    /// The member's group.
+    group: String,
+    /// Produce requests, from `WriterStats::produce_requests`.
+    produce_requests: u64,
+    /// Requests per node (Produce, Fetch) from `Transport::requests_sent`.
+    requests: Vec<(i32, u64, u64)>,
+}
+
+async fn run(cluster_bootstrap: String, topic: String) -> Seen {
+    let transport = Transport::builder(cluster_bootstrap.split(','))
+        .retry_backoff(Duration::from_millis(50))
         .build()
         .expect("transport");
     let writer = Writer::builder(transport.clone())
@@ -72,28 +79,103 @@ async fn the_scraped_text_counts_what_was_sent_and_consumed() {
     for f in pending {
         f.await.expect("written");
     }
+    let produce_requests = writer.stats().produce_requests.values().sum();
     writer.close(Duration::from_secs(10)).await.expect("close");
 
-    let reader = Reader::builder(transport).build().expect("reader");
-    reader
-        .assign((0..PARTITIONS).map(|p| (topic.as_str(), p, StartOffset::Earliest)))
-        .expect("assign");
+    let group = unique_topic("metrics-group");
+    let mut member = GroupReader::builder(transport.clone(), &group)
+        .subscribe([topic.as_str()])
+        .enable_auto_commit(false)
+        .session_timeout(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(300))
+        .reader(
+            Reader::builder(transport.clone())
+                .fetch_max_wait(Duration::from_millis(100))
+                .auto_offset_reset(AutoOffsetReset::Earliest),
+        )
+        .build()
+        .expect("member");
     let mut read = 0;
+    let mut meters: Vec<(Arc<str>, ProcessMeter)> = Vec::new();
     while read < RECORDS {
-        let batch = tokio::time::timeout(Duration::from_secs(30), reader.next_batch())
+        let batch = tokio::time::timeout(Duration::from_secs(30), member.next_batch())
             .await
             .expect("records within 30 s")
             .expect("next_batch");
-        read += batch.iter().map(|p| p.records.len() as u64).sum::<u64>();
+        for part in &batch {
+            if !meters.iter().any(|(t, _)| *t == part.topic) {
+                meters.push((
+                    part.topic.clone(),
+                    ProcessMeter::new(&part.topic, Some(&group)),
+                ));
+            }
+            let meter = &meters
+                .iter()
+                .find(|(t, _)| *t == part.topic)
+                .expect("made")
+                .1;
+            for record in &part.records {
+                let _timer = meter.start();
+                assert!(record.value.as_ref().is_some_and(|v| v.starts_with(b"v")));
+            }
+            read += part.records.len() as u64;
+        }
     }
-    reader.close();
+    assert_eq!(read, RECORDS);
+    member.commit().await.expect("commit");
+    member.close().await;
+    // The member's own connections (fetch, coordinator) are closed and counted now.
+    let requests = NODES
+        .iter()
+        .map(|&n| {
+            (
+                n,
+                transport.requests_sent(n, ApiKey::Produce),
+                transport.requests_sent(n, ApiKey::Fetch),
+            )
+        })
+        .collect();
+    // Every pooled connection closes now: each counts as a disconnect.
+    transport.close();
+    Seen {
+        topic,
+        group,
+        produce_requests,
+        requests,
+    }
+}
 
+#[test]
+fn the_scraped_text_matches_what_was_sent_read_and_closed() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let mock = GroupMock::new(3);
+    mock.initial_rebalance_delay(Duration::from_millis(100));
+    let topic = unique_topic("metrics");
+    mock.cluster()
+        .create_topic(&topic, PARTITIONS, 1)
+        .expect("mock create_topic");
+    let bootstrap = mock.bootstrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let seen = metrics::with_local_recorder(&recorder, || {
+        kafkit::meter::describe_metrics();
+        rt.block_on(run(bootstrap, topic))
+    });
     let text = handle.render();
-    let dest = ("messaging_destination_name", topic.as_str());
+    let topic = seen.topic.as_str();
+    let dest = ("messaging_destination_name", topic);
+
+    // The conventions' counters: every record sent once, consumed once, processed once.
     let (sent, lines) = sum(&text, "messaging_client_sent_messages", &[dest]);
-    assert_eq!(sent, RECORDS as f64, "sent: {text}");
-    assert_eq!(lines, 1, "no error.type series: {text}");
-    let (sent_ok, _) = sum(
+    assert_eq!(
+        (sent, lines),
+        (RECORDS as f64, 1),
+        "sent, no error.type: {text}"
+    );
+    let sent_ok = one(
         &text,
         "messaging_client_sent_messages",
         &[
@@ -102,25 +184,107 @@ async fn the_scraped_text_counts_what_was_sent_and_consumed() {
             ("messaging_operation_name", "send"),
         ],
     );
-    assert_eq!(sent_ok, RECORDS as f64, "{text}");
-    let (consumed, _) = sum(
+    assert_eq!(sent_ok, RECORDS as f64);
+    let consumed = one(
         &text,
         "messaging_client_consumed_messages",
-        &[dest, ("messaging_operation_name", "poll")],
+        &[
+            dest,
+            ("messaging_operation_name", "poll"),
+            ("messaging_consumer_group_name", &seen.group),
+        ],
     );
     assert_eq!(consumed, RECORDS as f64, "consumed: {text}");
-    // The transport side: at least every record in a Produce request, a batch per partition.
-    let (produced, _) = sum(&text, "kafkit_produce_records_total", &[("topic", &topic)]);
-    assert!(produced >= RECORDS as f64, "{text}");
-    let (batches, _) = sum(&text, "kafkit_produce_batches_total", &[("topic", &topic)]);
-    assert!(batches >= f64::from(PARTITIONS), "{text}");
-    // A Produce request's duration is timed (a summary: its count is the requests timed).
-    let (timed, _) = sum(
+    let processed = one(
         &text,
-        "messaging_client_operation_duration_count",
-        &[("messaging_operation_name", "send")],
+        "messaging_process_duration_count",
+        &[
+            dest,
+            ("messaging_operation_name", "process"),
+            ("messaging_consumer_group_name", &seen.group),
+        ],
     );
-    assert!(timed >= 1.0, "{text}");
-    let (connects, _) = sum(&text, "kafkit_connects_total", &[]);
-    assert!(connects >= 1.0, "{text}");
+    assert_eq!(processed, RECORDS as f64, "processed: {text}");
+
+    // Operation durations, one per request of each kind.
+    let duration = |name: &str, kind: &str| {
+        sum(
+            &text,
+            "messaging_client_operation_duration_count",
+            &[
+                ("messaging_operation_name", name),
+                ("messaging_operation_type", kind),
+            ],
+        )
+        .0
+    };
+    assert_eq!(
+        duration("send", "send"),
+        seen.produce_requests as f64,
+        "{text}"
+    );
+    let fetches: u64 = seen.requests.iter().map(|r| r.2).sum();
+    let polls = duration("poll", "receive");
+    assert!(
+        polls >= 1.0 && polls <= fetches as f64,
+        "{polls} Fetch timed, {fetches} sent: {text}"
+    );
+    assert_eq!(duration("commit", "settle"), 1.0, "{text}");
+    assert!(!text.contains("error_type"), "no failure: {text}");
+
+    // Produce and fetch records and batches per node and topic: every record once.
+    let t = ("topic", topic);
+    let (produced, _) = sum(&text, "kafkit_produce_records_total", &[t]);
+    assert_eq!(produced, RECORDS as f64, "{text}");
+    let (produce_batches, _) = sum(&text, "kafkit_produce_batches_total", &[t]);
+    assert!(
+        (f64::from(PARTITIONS)..=RECORDS as f64).contains(&produce_batches),
+        "{text}"
+    );
+    let (fetched, _) = sum(&text, "kafkit_fetch_records_total", &[t]);
+    assert_eq!(fetched, RECORDS as f64, "{text}");
+    let (fetch_batches, _) = sum(&text, "kafkit_fetch_batches_total", &[t]);
+    assert_eq!(
+        fetch_batches, produce_batches,
+        "each batch fetched once: {text}"
+    );
+    // Read to the end: no lag on any partition.
+    for p in 0..PARTITIONS {
+        let p = p.to_string();
+        let lag = one(&text, "kafkit_consumer_lag", &[t, ("partition", &p)]);
+        assert_eq!(lag, 0.0, "partition {p}: {text}");
+    }
+    // Nothing buffered once the Writer closed.
+    assert_eq!(one(&text, "kafkit_buffered_produce_records", &[]), 0.0);
+    assert_eq!(one(&text, "kafkit_buffered_produce_bytes", &[]), 0.0);
+
+    // The connections: each broker dialled, written to and read from; every request frame
+    // at least a header (size, api key and version, correlation id, client id length: 12
+    // bytes), every value read back; each connection opened is closed by `Transport::close`.
+    let mut values = 0.0;
+    for &(n, produce, fetch) in &seen.requests {
+        let node = n.to_string();
+        let at = [("node_id", node.as_str())];
+        let requests = one(&text, "kafkit_requests_total", &at);
+        assert!(
+            requests >= (produce + fetch) as f64 && requests >= 1.0,
+            "node {n}: {requests} requests, {produce} Produce + {fetch} Fetch: {text}"
+        );
+        let written = one(&text, "kafkit_write_bytes_total", &at);
+        assert!(written >= 12.0 * requests, "node {n}: {text}");
+        values += one(&text, "kafkit_read_bytes_total", &at);
+        let connects = one(&text, "kafkit_connects_total", &at);
+        assert!(connects >= 1.0, "node {n}: {text}");
+        let disconnects = one(&text, "kafkit_disconnects_total", &at);
+        assert_eq!(disconnects, connects, "node {n}: {text}");
+    }
+    let value_bytes: f64 = (0..RECORDS).map(|i| format!("v{i}").len() as f64).sum();
+    assert!(values >= value_bytes, "read {values} bytes: {text}");
+    let (written, _) = sum(&text, "kafkit_write_bytes_total", &[]);
+    assert!(written >= value_bytes, "wrote {written} bytes: {text}");
+    // The mock does not throttle.
+    assert_eq!(
+        sum(&text, "kafkit_request_throttled_seconds_count", &[]).1,
+        0
+    );
 }

@@ -119,6 +119,8 @@ pub(crate) struct Shared {
     sent: [AtomicU64; API_KEY_SLOTS],
     /// The memory of frames already written, for the next requests.
     recycled: Mutex<Recycled>,
+    /// Bytes, requests and the close under the node id, once the transport pools it.
+    pub(crate) meter: crate::ops::meter::ConnMeter,
 }
 
 /// The header-and-fields buffers and splice lists of frames already written, emptied, kept for
@@ -250,6 +252,7 @@ impl Shared {
             }
             tracing::debug!(addr = %self.addr, %cause, "connection closed");
             state.closed = Some(cause.clone());
+            self.meter.closed();
             if let Some(raw) = state.raw.take() {
                 let _ = raw.send(Err(self.closed_error(cause.clone())));
             }
@@ -305,6 +308,7 @@ impl Core {
             shutdown,
             sent: std::array::from_fn(|_| AtomicU64::new(0)),
             recycled: Mutex::new(Recycled::default()),
+            meter: crate::ops::meter::ConnMeter::default(),
         });
         let (tx, rx) = mpsc::channel(max_in_flight);
         tokio::spawn(write_loop(Arc::clone(&shared), wr, rx, shutdown_rx.clone()));
@@ -319,6 +323,11 @@ impl Core {
             shutdown_rx,
         ));
         Core { shared, tx }
+    }
+
+    /// The connection's metric handles (`ops/meter.rs`).
+    pub(crate) fn meter(&self) -> &crate::ops::meter::ConnMeter {
+        &self.shared.meter
     }
 
     /// The broker address this connection was dialled with.
@@ -712,6 +721,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         }
         match failed {
             None => {
+                shared.meter.wrote(batch.len(), written_bytes(&batch));
                 let mut recycled = shared.recycled();
                 for out in batch.drain(..) {
                     // The payloads' references go before the caller hears the frame is
@@ -735,6 +745,19 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     drop(batch);
     rx.close();
     let _ = wr.shutdown().await;
+}
+
+/// The bytes of `batch`'s frames (size prefixes and payloads), for the connection's meter
+/// (nothing is summed without the cargo feature `metrics`).
+#[inline(always)]
+fn written_bytes(batch: &[Outgoing]) -> usize {
+    if !crate::ops::meter::ENABLED {
+        return 0;
+    }
+    batch
+        .iter()
+        .map(|o| o.frame.len() + o.splices.iter().map(|s| s.data.len()).sum::<usize>())
+        .sum()
 }
 
 impl Outgoing {
@@ -858,6 +881,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Ok(None) => return,
             Err(cause) => break cause,
         };
+        shared.meter.read(4 + size);
         if let Some(raw) = raw {
             let _ = raw.send(Ok(frame));
             continue;

@@ -147,6 +147,11 @@ impl Conn {
         Ok(conn)
     }
 
+    /// The connection's metric handles (cargo feature `metrics`, `ops/meter.rs`).
+    pub(crate) fn meter(&self) -> &crate::ops::meter::ConnMeter {
+        self.core.meter()
+    }
+
     /// The broker address this connection was dialled with (`host:port`).
     pub fn addr(&self) -> &str {
         self.core.addr()

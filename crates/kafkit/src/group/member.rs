@@ -878,11 +878,13 @@ impl Member {
             let names = offsets.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
             let task = self.commits.spawn(tracing::Instrument::instrument(
                 async move {
+                    let started = crate::ops::meter::start();
                     let r = send.await.map(|(_, mut r)| {
                         commit::name_commit_answer(&mut r, &ids);
                         (r, ids)
                     });
                     commit::end_commit_span(&otel_span, &r);
+                    crate::ops::meter::settled(crate::ops::meter::Op::Commit, started, &r);
                     (req, offsets, r)
                 },
                 span,

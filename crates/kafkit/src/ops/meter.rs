@@ -8,16 +8,20 @@
 //! `messaging.client.*` and `messaging.process.duration`, and transport metrics after franz-go's
 //! kprom, `kafkit.*`.
 //!
-//! Without the feature every function here is an empty `#[inline(always)]` body and
-//! [`Started`] is an empty struct: the clients' calls compile to nothing and kafkit does not depend on
-//! `metrics`. With it, each call builds a metric key (a label vector: one allocation) and asks
-//! the installed recorder, once per batch or request, never per record.
+//! Without the feature every function here is an empty `#[inline(always)]` body and every
+//! handle ([`ProcessMeter`], the connection's and partition's caches) an empty struct: the
+//! clients' calls compile to nothing and kafkit does not depend on `metrics`. With it, a call
+//! either builds a metric key (a label vector: one allocation) and asks the installed recorder,
+//! once per batch, request or poll, or uses a handle cached per connection or partition (no
+//! lookup at all); never per record.
 //!
 //! This floor holds the vocabulary because the writer, the reader, the group member and the
 //! connections all record and none of them may import another.
 
 /// `messaging.client.operation.duration`: histogram, seconds; labels `messaging.system`,
-/// `messaging.operation.name` (`send` for a Produce request), `error.type` on a failure.
+/// `messaging.operation.name` and `messaging.operation.type` ([`Op`]: `send` for a Produce
+/// request, `poll` / `receive` for a Fetch, `commit` / `settle` for an OffsetCommit,
+/// `acknowledge` / `settle` for a share group's acknowledgements), `error.type` on a failure.
 pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";
 /// `messaging.client.sent.messages`: counter, `{message}`; labels `messaging.system`,
 /// `messaging.operation.name` = `send`, `messaging.destination.name`, `error.type` on a
@@ -27,22 +31,53 @@ pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 /// `messaging.operation.name` = `poll`, `messaging.destination.name`,
 /// `messaging.consumer.group.name` for a group member. Counted per partition per poll.
 pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
-/// `messaging.process.duration`: histogram, seconds; declared for the conventions' process
-/// operation, not recorded by the library yet.
+/// `messaging.process.duration`: histogram, seconds; labels `messaging.system`,
+/// `messaging.operation.name` = `process`, `messaging.destination.name`,
+/// `messaging.consumer.group.name` when given. The application's processing time, recorded by
+/// a [`ProcessMeter`]'s timer.
 pub const PROCESS_DURATION: &str = "messaging.process.duration";
-/// `kafkit.connects.total`: counter; label `node_id`. Connections opened (kprom's
-/// `connects_total`).
+/// `kafkit.connects.total`: counter; label `node_id`. Connections opened and pooled by the
+/// transport under a node id (kprom's `connects_total`); a bootstrap connection counts when
+/// it is kept as a node's connection.
 pub const CONNECTS: &str = "kafkit.connects.total";
 /// `kafkit.connect.errors.total`: counter; label `node_id` (kprom's `connect_errors_total`).
 pub const CONNECT_ERRORS: &str = "kafkit.connect.errors.total";
-/// `kafkit.disconnects.total`: counter; label `node_id` (kprom's `disconnects_total`).
+/// `kafkit.disconnects.total`: counter; label `node_id` (kprom's `disconnects_total`):
+/// pooled connections closed, by either side.
 pub const DISCONNECTS: &str = "kafkit.disconnects.total";
+/// `kafkit.write.bytes.total`: counter, bytes; label `node_id` (kprom's `write_bytes_total`):
+/// request frames written to a pooled connection, size prefix included.
+pub const WRITE_BYTES: &str = "kafkit.write.bytes.total";
+/// `kafkit.read.bytes.total`: counter, bytes; label `node_id` (kprom's `read_bytes_total`):
+/// response frames read from a pooled connection, size prefix included.
+pub const READ_BYTES: &str = "kafkit.read.bytes.total";
+/// `kafkit.requests.total`: counter; label `node_id`: requests written to a pooled connection.
+pub const REQUESTS: &str = "kafkit.requests.total";
+/// `kafkit.request.throttled.seconds`: histogram, seconds; label `node_id` (kprom's
+/// `request_throttled_seconds`): each response's `throttle_time_ms` above 0 (KIP-219).
+pub const THROTTLED: &str = "kafkit.request.throttled.seconds";
 /// `kafkit.produce.records.total`: counter; labels `node_id`, `topic` (kprom's
 /// `produce_records_total`): records in Produce requests, retries included.
 pub const PRODUCE_RECORDS: &str = "kafkit.produce.records.total";
 /// `kafkit.produce.batches.total`: counter; labels `node_id`, `topic` (kprom's
 /// `produce_batches_total`).
 pub const PRODUCE_BATCHES: &str = "kafkit.produce.batches.total";
+/// `kafkit.buffered.produce.records`: gauge; no label: records the Writers of the process hold,
+/// accepted and not yet acknowledged or failed (kprom's `buffered_produce_records_total`),
+/// sampled when each Produce request ends.
+pub const BUFFERED_RECORDS: &str = "kafkit.buffered.produce.records";
+/// `kafkit.buffered.produce.bytes`: gauge, bytes; as [`BUFFERED_RECORDS`] (kprom's
+/// `buffered_produce_bytes`).
+pub const BUFFERED_BYTES: &str = "kafkit.buffered.produce.bytes";
+/// `kafkit.fetch.records.total`: counter; labels `node_id`, `topic` (kprom's
+/// `fetch_records_total`): records a Fetch answer delivered to the reader's buffer.
+pub const FETCH_RECORDS: &str = "kafkit.fetch.records.total";
+/// `kafkit.fetch.batches.total`: counter; labels `node_id`, `topic` (kprom's
+/// `fetch_batches_total`): record batches with delivered records.
+pub const FETCH_BATCHES: &str = "kafkit.fetch.batches.total";
+/// `kafkit.consumer.lag`: gauge, `{message}`; labels `topic`, `partition`: the high watermark
+/// of the partition's last Fetch answer minus the reader's fetch position after it.
+pub const LAG: &str = "kafkit.consumer.lag";
 
 /// Whether this build records metrics (the cargo feature `metrics`): callers skip their loops
 /// without it.
@@ -59,7 +94,8 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
         OPERATION_DURATION,
         Kind::Histogram,
         "s",
-        "Duration of a messaging operation (a Produce request for `send`).",
+        "Duration of a messaging operation: a Produce (send), Fetch (poll), OffsetCommit \
+         (commit) or share acknowledgement (acknowledge) request.",
     ),
     (
         SENT_MESSAGES,
@@ -77,7 +113,7 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
         PROCESS_DURATION,
         Kind::Histogram,
         "s",
-        "Duration of processing a message (not recorded by the library yet).",
+        "Duration of the application's processing of a message (kafkit::meter::ProcessMeter).",
     ),
     (
         CONNECTS,
@@ -98,6 +134,30 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
         "Connections to a broker closed.",
     ),
     (
+        WRITE_BYTES,
+        Kind::Counter,
+        "By",
+        "Bytes of request frames written to a broker.",
+    ),
+    (
+        READ_BYTES,
+        Kind::Counter,
+        "By",
+        "Bytes of response frames read from a broker.",
+    ),
+    (
+        REQUESTS,
+        Kind::Counter,
+        "{request}",
+        "Requests written to a broker.",
+    ),
+    (
+        THROTTLED,
+        Kind::Histogram,
+        "s",
+        "Throttle time a broker asked for in a response (KIP-219).",
+    ),
+    (
         PRODUCE_RECORDS,
         Kind::Counter,
         "{record}",
@@ -109,6 +169,36 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
         "{batch}",
         "Record batches in Produce requests sent to a broker, retries included.",
     ),
+    (
+        BUFFERED_RECORDS,
+        Kind::Gauge,
+        "{record}",
+        "Records buffered in Writers, not yet acknowledged or failed.",
+    ),
+    (
+        BUFFERED_BYTES,
+        Kind::Gauge,
+        "By",
+        "Bytes of records buffered in Writers.",
+    ),
+    (
+        FETCH_RECORDS,
+        Kind::Counter,
+        "{record}",
+        "Records fetched from a broker into the reader's buffer.",
+    ),
+    (
+        FETCH_BATCHES,
+        Kind::Counter,
+        "{batch}",
+        "Record batches fetched from a broker into the reader's buffer.",
+    ),
+    (
+        LAG,
+        Kind::Gauge,
+        "{message}",
+        "High watermark minus fetch position of a partition, after its last Fetch answer.",
+    ),
 ];
 
 /// A metric's kind.
@@ -117,8 +207,36 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
 pub enum Kind {
     /// A monotonic sum.
     Counter,
+    /// A value that goes up and down.
+    Gauge,
     /// A distribution of values.
     Histogram,
+}
+
+/// A timed messaging operation of `messaging.client.operation.duration`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    /// A Produce request.
+    Send,
+    /// A Fetch request.
+    Poll,
+    /// A group member's OffsetCommit request.
+    Commit,
+    /// A share group member's acknowledgements (`ShareReader::commit`).
+    Acknowledge,
+}
+
+impl Op {
+    /// `messaging.operation.name` and `messaging.operation.type`.
+    #[cfg(feature = "metrics")]
+    fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            Op::Send => ("send", "send"),
+            Op::Poll => ("poll", "receive"),
+            Op::Commit => ("commit", "settle"),
+            Op::Acknowledge => ("acknowledge", "settle"),
+        }
+    }
 }
 
 /// When an operation started: an `Instant` with the feature, `()` without (nothing is read).
@@ -137,11 +255,13 @@ pub fn describe_metrics() {
     for &(name, kind, unit, description) in METRICS {
         let unit = match unit {
             "s" => Some(metrics::Unit::Seconds),
+            "By" => Some(metrics::Unit::Bytes),
             _ => None,
         };
         let description = metrics::SharedString::const_str(description);
         metrics::with_recorder(|r| match kind {
             Kind::Counter => r.describe_counter(name.into(), unit, description),
+            Kind::Gauge => r.describe_gauge(name.into(), unit, description),
             Kind::Histogram => r.describe_histogram(name.into(), unit, description),
         });
     }
@@ -156,28 +276,65 @@ pub(crate) fn start() -> Started {
     Started
 }
 
-/// Records one operation's duration since `started` under `operation` (`send`), with
-/// `error.type` when it failed (`error` is asked only with the feature on).
+/// Records one operation's duration since `started`, with `error.type` when it failed
+/// (`error` is asked only with the feature on).
 #[inline(always)]
 #[allow(unused_variables)]
 pub(crate) fn operation_duration(
-    operation: &'static str,
+    op: Op,
     started: Started,
     error: impl FnOnce() -> Option<&'static str>,
 ) {
     #[cfg(feature = "metrics")]
     {
         let secs = started.elapsed().as_secs_f64();
+        let (name, kind) = op.labels();
         match error() {
             None => metrics::histogram!(OPERATION_DURATION,
-                "messaging.system" => SYSTEM, "messaging.operation.name" => operation)
+                "messaging.system" => SYSTEM, "messaging.operation.name" => name,
+                "messaging.operation.type" => kind)
             .record(secs),
             Some(e) => metrics::histogram!(OPERATION_DURATION,
-                "messaging.system" => SYSTEM, "messaging.operation.name" => operation,
-                "error.type" => e)
+                "messaging.system" => SYSTEM, "messaging.operation.name" => name,
+                "messaging.operation.type" => kind, "error.type" => e)
             .record(secs),
         }
     }
+}
+
+/// Records an OffsetCommit's duration (`op` = [`Op::Commit`]): `error.type` when the request
+/// failed, or the first partition's error code.
+#[inline(always)]
+#[allow(unused_variables)]
+pub(crate) fn settled<T>(
+    op: Op,
+    started: Started,
+    r: &crate::error::Result<(kafkit_protocol::messages::OffsetCommitResponse, T)>,
+) {
+    operation_duration(op, started, || {
+        let code = match r {
+            Ok((resp, _)) => resp
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.error_code)
+                .find(|c| !c.is_ok())?,
+            Err(e) => e
+                .error_code()
+                .unwrap_or(kafkit_protocol::ErrorCode::UNKNOWN_SERVER_ERROR),
+        };
+        Some(crate::ops::otel::error_type(Some(code)))
+    });
+}
+
+/// Records a share group member's acknowledgement round (`ShareReader::commit`), with
+/// `error.type` of the first partition the broker refused (`first_error`, when one).
+#[inline(always)]
+#[allow(unused_variables)]
+pub(crate) fn acknowledged(started: Started, first_error: Option<&crate::error::Error>) {
+    operation_duration(Op::Acknowledge, started, || {
+        first_error.map(|e| crate::ops::otel::error_type(e.error_code()))
+    });
 }
 
 /// Counts `count` messages of one batch of `topic` as sent, with `error.type` when the batch
@@ -235,7 +392,7 @@ pub(crate) fn produce_batches<'a>(
 ) {
     #[cfg(feature = "metrics")]
     {
-        let node = metrics::SharedString::from(node.to_string());
+        let node = node_label(node);
         for (topic, records) in batches {
             let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
             metrics::counter!(PRODUCE_RECORDS, "node_id" => node.clone(), "topic" => topic.clone())
@@ -246,28 +403,305 @@ pub(crate) fn produce_batches<'a>(
     }
 }
 
-/// A connection event of `node`: opened, failed to open, or closed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum ConnEvent {
-    Connect,
-    ConnectError,
-    /// Not counted yet: the pool's close paths are still to be instrumented.
-    #[allow(dead_code)]
-    Disconnect,
+/// A node id as a label value.
+#[cfg(feature = "metrics")]
+fn node_label(node: i32) -> metrics::SharedString {
+    metrics::SharedString::from(node.to_string())
 }
 
-/// Counts one connection event of `node` (a pooled connection of the transport).
+/// Counts a connection to `node` the transport failed to open.
 #[inline(always)]
 #[allow(unused_variables)]
-pub(crate) fn connection(node: i32, event: ConnEvent) {
+pub(crate) fn connect_error(node: i32) {
     #[cfg(feature = "metrics")]
-    {
-        let name = match event {
-            ConnEvent::Connect => CONNECTS,
-            ConnEvent::ConnectError => CONNECT_ERRORS,
-            ConnEvent::Disconnect => DISCONNECTS,
-        };
-        metrics::counter!(name, "node_id" => node.to_string()).increment(1);
+    metrics::counter!(CONNECT_ERRORS, "node_id" => node_label(node)).increment(1);
+}
+
+/// Records a response's `throttle_time_ms` from `node` (nothing for 0 or less).
+#[inline(always)]
+#[allow(unused_variables)]
+pub(crate) fn throttled(node: i32, ms: i32) {
+    #[cfg(feature = "metrics")]
+    if ms > 0 {
+        metrics::histogram!(THROTTLED, "node_id" => node_label(node))
+            .record(f64::from(ms) / 1000.0);
+    }
+}
+
+/// A connection's handles (`conn/core.rs`): empty until the transport pools the connection
+/// under a node id ([`ConnMeter::set_node`], counted as a connect); then bytes, requests and
+/// the close count under that `node_id`, each a cached handle (no key built per request).
+#[derive(Default)]
+pub(crate) struct ConnMeter {
+    #[cfg(feature = "metrics")]
+    handles: std::sync::OnceLock<ConnHandles>,
+}
+
+#[cfg(feature = "metrics")]
+struct ConnHandles {
+    written: metrics::Counter,
+    read: metrics::Counter,
+    requests: metrics::Counter,
+    disconnects: metrics::Counter,
+}
+
+impl std::fmt::Debug for ConnMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnMeter")
+    }
+}
+
+impl ConnMeter {
+    /// Names the connection's node and counts it as a connect (the first call wins: a
+    /// connection serves one node).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn set_node(&self, node: i32) {
+        #[cfg(feature = "metrics")]
+        self.handles.get_or_init(|| {
+            let node = node_label(node);
+            metrics::counter!(CONNECTS, "node_id" => node.clone()).increment(1);
+            ConnHandles {
+                written: metrics::counter!(WRITE_BYTES, "node_id" => node.clone()),
+                read: metrics::counter!(READ_BYTES, "node_id" => node.clone()),
+                requests: metrics::counter!(REQUESTS, "node_id" => node.clone()),
+                disconnects: metrics::counter!(DISCONNECTS, "node_id" => node),
+            }
+        });
+    }
+
+    /// `requests` request frames of `bytes` bytes in all were written.
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn wrote(&self, requests: usize, bytes: usize) {
+        #[cfg(feature = "metrics")]
+        if let Some(h) = self.handles.get() {
+            h.requests.increment(requests as u64);
+            h.written.increment(bytes as u64);
+        }
+    }
+
+    /// A response frame of `bytes` bytes was read.
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn read(&self, bytes: usize) {
+        #[cfg(feature = "metrics")]
+        if let Some(h) = self.handles.get() {
+            h.read.increment(bytes as u64);
+        }
+    }
+
+    /// The connection closed (called once per connection).
+    #[inline(always)]
+    pub(crate) fn closed(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(h) = self.handles.get() {
+            h.disconnects.increment(1);
+        }
+    }
+}
+
+/// A partition's handles (`reader/cursor.rs`): fetch records and batches of the partition's
+/// topic from the node that answered, and its lag; made at the first answer, made again when
+/// another node answers.
+#[derive(Default)]
+pub(crate) struct PartitionMeter {
+    #[cfg(feature = "metrics")]
+    handles: Option<Box<PartitionHandles>>,
+}
+
+#[cfg(feature = "metrics")]
+struct PartitionHandles {
+    node: i32,
+    records: metrics::Counter,
+    batches: metrics::Counter,
+    lag: metrics::Gauge,
+}
+
+impl std::fmt::Debug for PartitionMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PartitionMeter")
+    }
+}
+
+impl PartitionMeter {
+    /// One Fetch answer of `topic`'s `partition` from `node`: `records` records in `batches`
+    /// batches delivered, `lag` = high watermark - fetch position (not set when negative:
+    /// the answer had no watermark).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn fetched(
+        &mut self,
+        node: i32,
+        topic: &std::sync::Arc<str>,
+        partition: i32,
+        (records, batches): (usize, usize),
+        lag: i64,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            let h = match &mut self.handles {
+                Some(h) if h.node == node => h,
+                slot => slot.insert(Box::new(PartitionHandles::new(node, topic, partition))),
+            };
+            if records > 0 {
+                h.records.increment(records as u64);
+                h.batches.increment(batches as u64);
+            }
+            if lag >= 0 {
+                h.lag.set(lag as f64);
+            }
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl PartitionHandles {
+    fn new(node: i32, topic: &std::sync::Arc<str>, partition: i32) -> PartitionHandles {
+        let label = node_label(node);
+        let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
+        PartitionHandles {
+            node,
+            records: metrics::counter!(FETCH_RECORDS, "node_id" => label.clone(), "topic" => topic.clone()),
+            batches: metrics::counter!(FETCH_BATCHES, "node_id" => label, "topic" => topic.clone()),
+            lag: metrics::gauge!(LAG, "topic" => topic, "partition" => partition.to_string()),
+        }
+    }
+}
+
+/// A Writer's share of the buffered gauges (`writer/inner.rs`): the values it last reported,
+/// so that each report adds its change and the gauges sum over every Writer of the process.
+#[derive(Default)]
+pub(crate) struct Buffered {
+    #[cfg(feature = "metrics")]
+    last: std::sync::Mutex<(usize, usize)>,
+}
+
+impl std::fmt::Debug for Buffered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Buffered")
+    }
+}
+
+impl Buffered {
+    /// The Writer now holds `records` records of `bytes` bytes (once per ended request).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn report(&self, records: usize, bytes: usize) {
+        #[cfg(feature = "metrics")]
+        {
+            let Ok(mut last) = self.last.lock() else {
+                return;
+            };
+            let (r0, b0) = std::mem::replace(&mut *last, (records, bytes));
+            if r0 != records {
+                metrics::gauge!(BUFFERED_RECORDS).increment(records as f64 - r0 as f64);
+            }
+            if b0 != bytes {
+                metrics::gauge!(BUFFERED_BYTES).increment(bytes as f64 - b0 as f64);
+            }
+        }
+    }
+}
+
+impl Drop for Buffered {
+    fn drop(&mut self) {
+        // A Writer dropped with records still buffered takes them out of the gauges.
+        self.report(0, 0);
+    }
+}
+
+/// The application's processing time of messages of one topic, as
+/// `messaging.process.duration` (OpenTelemetry's messaging conventions): make one per topic
+/// (or per batch) with [`ProcessMeter::new`], then time each message with
+/// [`ProcessMeter::start`], whose guard records when dropped. The histogram's handle is looked
+/// up once, in `new`: timing a message reads the clock twice and records one value, with no
+/// allocation. Without the cargo feature `metrics` both are empty and read no clock.
+///
+/// ```
+/// # async fn run(reader: kafkit::Reader) -> kafkit::Result<()> {
+/// use kafkit::meter::ProcessMeter;
+/// for part in reader.next_batch().await? {
+///     let meter = ProcessMeter::new(&part.topic, None);
+///     for record in &part.records {
+///         let _timer = meter.start(); // recorded when it goes out of scope
+///         let _ = record.value.as_ref(); // ... process the record ...
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub struct ProcessMeter {
+    #[cfg(feature = "metrics")]
+    histogram: metrics::Histogram,
+}
+
+impl std::fmt::Debug for ProcessMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessMeter")
+    }
+}
+
+impl ProcessMeter {
+    /// The meter of messages of `topic`, read by a member of `group` (when one), labelled
+    /// `messaging.destination.name` and `messaging.consumer.group.name`.
+    #[allow(unused_variables)]
+    pub fn new(topic: &std::sync::Arc<str>, group: Option<&str>) -> ProcessMeter {
+        #[cfg(feature = "metrics")]
+        {
+            let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
+            let histogram = match group {
+                None => metrics::histogram!(PROCESS_DURATION,
+                    "messaging.system" => SYSTEM, "messaging.operation.name" => "process",
+                    "messaging.destination.name" => topic),
+                Some(g) => metrics::histogram!(PROCESS_DURATION,
+                    "messaging.system" => SYSTEM, "messaging.operation.name" => "process",
+                    "messaging.destination.name" => topic,
+                    "messaging.consumer.group.name" => g.to_owned()),
+            };
+            ProcessMeter { histogram }
+        }
+        #[cfg(not(feature = "metrics"))]
+        ProcessMeter {}
+    }
+
+    /// Starts timing one message; the guard records the time since when dropped.
+    #[inline]
+    pub fn start(&self) -> ProcessTimer<'_> {
+        ProcessTimer {
+            meter: self,
+            started: start(),
+        }
+    }
+
+    /// Records one message's processing time measured by the caller.
+    #[inline]
+    #[allow(unused_variables)]
+    pub fn record(&self, took: std::time::Duration) {
+        #[cfg(feature = "metrics")]
+        self.histogram.record(took.as_secs_f64());
+    }
+}
+
+/// A running [`ProcessMeter::start`] timer: records `messaging.process.duration` when dropped.
+#[must_use = "the timer records when dropped: bind it (`let _timer = ...`) for the processing"]
+pub struct ProcessTimer<'a> {
+    #[allow(dead_code)]
+    meter: &'a ProcessMeter,
+    #[allow(dead_code)]
+    started: Started,
+}
+
+impl std::fmt::Debug for ProcessTimer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessTimer")
+    }
+}
+
+impl Drop for ProcessTimer<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(feature = "metrics")]
+        self.meter.record(self.started.elapsed());
     }
 }
 

@@ -16,6 +16,7 @@ use super::stats::Counters;
 use super::work::{Answer, Followup, Planned};
 use crate::error::Error;
 use crate::error::reader::ReaderError;
+use crate::ops::meter;
 
 /// `apply` for one partition, under the lock: the one place a fetch answer changes a cursor.
 pub(crate) fn apply_one(
@@ -34,7 +35,13 @@ pub(crate) fn apply_one(
         return;
     };
     match answer.error {
-        ErrorCode::NONE => answered(st, config, planned, answer, named, now, fu, counters),
+        ErrorCode::NONE => {
+            let fetched = meter::ENABLED.then(|| fetched_counts(&answer));
+            answered(st, config, planned, answer, named, now, fu, counters);
+            if let Some(n) = fetched {
+                note_fetched(st, node, planned, n);
+            }
+        }
         ErrorCode::OFFSET_OUT_OF_RANGE => out_of_range(st, config, planned, &answer, now, fu),
         ErrorCode::NOT_LEADER_OR_FOLLOWER
         | ErrorCode::LEADER_NOT_AVAILABLE
@@ -132,6 +139,28 @@ fn answered(
         });
         st.fail(topic, partition, error);
         fu.queued = true;
+    }
+}
+
+/// Records and batches an answer delivers (for the partition's meter).
+fn fetched_counts(answer: &Answer) -> (usize, usize) {
+    answer
+        .records
+        .as_ref()
+        .map_or((0, 0), |r| (r.records.len(), r.spans.len()))
+}
+
+/// The partition's meter after an answer (cargo feature `metrics`): what `node` delivered, and
+/// the lag, high watermark minus the fetch position now.
+fn note_fetched(st: &mut State, node: i32, planned: &Planned, fetched: (usize, usize)) {
+    if let Some(c) = st.cursor_mut(&planned.topic, planned.partition) {
+        let lag = if c.high_watermark >= 0 {
+            c.high_watermark - c.fetch.offset
+        } else {
+            -1
+        };
+        c.meter
+            .fetched(node, &planned.topic, planned.partition, fetched, lag);
     }
 }
 

@@ -145,6 +145,8 @@ pub(crate) struct Cursor {
     /// A refusal the partition is fetched again after (`TOPIC_AUTHORIZATION_FAILED`) was
     /// reported since its last answer without error: the next ones are not.
     pub(crate) refusal_reported: bool,
+    /// Fetch records, batches and lag of this partition (cargo feature `metrics`).
+    pub(crate) meter: crate::ops::meter::PartitionMeter,
 }
 
 impl Cursor {
@@ -169,6 +171,7 @@ impl Cursor {
             retry_at: None,
             failures: 0,
             refusal_reported: false,
+            meter: crate::ops::meter::PartitionMeter::default(),
         };
         c.start_at(start);
         c

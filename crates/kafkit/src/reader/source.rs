@@ -34,6 +34,7 @@ use crate::conn::aborted::AbortedFilter;
 use crate::conn::records::walk_batches;
 use crate::error::Error;
 use crate::error::reader::ReaderError;
+use crate::ops::meter;
 use crate::ops::offsets::IsolationLevel;
 use crate::time::wire_ms;
 use crate::transport::Backoff;
@@ -270,9 +271,17 @@ impl Source {
             session = req.session_id,
             epoch = req.session_epoch
         );
-        t.request_on(self.node, conn, req, version, self.config.fetch_max_wait)
+        let started = meter::start();
+        let r = t
+            .request_on(self.node, conn, req, version, self.config.fetch_max_wait)
             .instrument(span)
-            .await
+            .await;
+        meter::operation_duration(meter::Op::Poll, started, || {
+            r.as_ref()
+                .err()
+                .map(|e| crate::ops::otel::error_type(e.error_code()))
+        });
+        r
     }
 
     /// The request got no answer, or an answer with a top-level error (or could not be

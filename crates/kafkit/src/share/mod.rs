@@ -541,12 +541,15 @@ impl ShareReader {
             });
         }
         let span = crate::ops::otel::settle_span(&self.shared.config.group_id);
+        let started = crate::ops::meter::start();
         // Outcomes are kept for the caller only while a commit runs (the callback sees all).
         self.fetcher.settled = Some(Vec::new());
         let deadline = Instant::now() + timeout;
         self.settle(deadline).await;
         let settled = self.fetcher.settled.take().unwrap_or_default();
         end_settle_span(&span, &settled);
+        let refused = settled.iter().find_map(|c| c.result.as_ref().err());
+        crate::ops::meter::acknowledged(started, refused);
         Ok(settled)
     }
 

@@ -31,7 +31,7 @@ use crate::conn::Conn;
 use crate::conn::metadata::Metadata;
 use crate::dialer::Dialer;
 use crate::error::{Error, Result};
-use crate::ops::meter::{self, ConnEvent};
+use crate::ops::meter;
 use crate::ops::topics::is_valid_topic_name;
 use crate::time::millis;
 
@@ -1060,11 +1060,13 @@ impl Transport {
         {
             Ok(c) => {
                 tracing::debug!(node = node_id, addr, "connected (unpooled)");
+                c.meter().set_node(node_id);
                 self.note_versions(&c);
                 lock(&self.inner.failed_at).remove(&node_id);
                 Ok(c)
             }
             Err(e) => {
+                meter::connect_error(node_id);
                 self.note_failure(node_id, &e);
                 Err(e)
             }
@@ -1108,14 +1110,13 @@ impl Transport {
         {
             Ok(c) => {
                 tracing::debug!(node, ?kind, addr, "connected");
-                meter::connection(node, ConnEvent::Connect);
                 self.note_versions(&c);
                 lock(&self.inner.failed_at).remove(&node);
                 pool.put(node, kind, c.clone());
                 Ok(c)
             }
             Err(e) => {
-                meter::connection(node, ConnEvent::ConnectError);
+                meter::connect_error(node);
                 self.note_failure(node, &e);
                 Err(e)
             }
@@ -1199,6 +1200,7 @@ impl Transport {
 
     /// Records a `throttle_time_ms` answer from `node`.
     fn throttle(&self, node: i32, ms: i32) {
+        meter::throttled(node, ms);
         let Ok(ms) = u64::try_from(ms) else { return };
         if ms == 0 {
             return;

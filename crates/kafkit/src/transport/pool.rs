@@ -105,6 +105,7 @@ impl Pool {
     /// Puts a freshly dialled connection in the pool (closing and retiring the one it
     /// replaces, if any).
     pub(crate) fn put(&self, node: i32, kind: ConnKind, conn: Conn) {
+        conn.meter().set_node(node);
         let mut slots = lock(&self.slots);
         let slot = slots.entry((node, kind)).or_insert_with(|| Slot {
             conn: None,

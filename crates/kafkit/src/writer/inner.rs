@@ -57,6 +57,8 @@ pub(crate) struct Inner {
     pub(super) bytes: Semaphore,
     records: Option<Semaphore>,
     pub(crate) stats: Stats,
+    /// This Writer's share of the buffered gauges (cargo feature `metrics`).
+    buffered_meter: crate::ops::meter::Buffered,
     pub(crate) router: Notify,
     notifies: Mutex<HashMap<i32, Arc<Notify>>>,
     /// Topic name -> the one metadata lookup every sender waiting for that topic shares.
@@ -348,6 +350,7 @@ impl Inner {
             bytes,
             records,
             stats: Stats::default(),
+            buffered_meter: crate::ops::meter::Buffered::default(),
             router: Notify::new(),
             notifies: Mutex::new(HashMap::new()),
             lookups: Mutex::new(HashMap::new()),
@@ -1084,6 +1087,8 @@ impl Inner {
             let mut st = self.lock();
             st.buffered_records = st.buffered_records.saturating_sub(records);
             st.buffered_bytes = st.buffered_bytes.saturating_sub(cost);
+            self.buffered_meter
+                .report(st.buffered_records, st.buffered_bytes);
             let txn_failed = fail_transaction(&mut st, done);
             (st.closing && !st.has_buffered(), txn_failed)
         };

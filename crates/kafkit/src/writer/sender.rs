@@ -378,7 +378,7 @@ async fn run_request(
         };
         #[cfg(test)]
         inner.panic_if_asked();
-        meter::operation_duration("send", started, || {
+        meter::operation_duration(meter::Op::Send, started, || {
             result
                 .as_ref()
                 .err()

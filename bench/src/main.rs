@@ -52,6 +52,7 @@ mod alloc;
 mod consumer;
 mod cpu;
 mod encode;
+mod meter;
 mod ours;
 mod peer;
 mod scaling;
@@ -79,6 +80,11 @@ use crate::cpu::CpuTime;
     about = "This project's Writer and Reader against librdkafka's producer and consumer, same broker, same run"
 )]
 struct Cli {
+    /// Install `metrics-exporter-prometheus`'s recorder first, so kafkit's metrics are
+    /// recorded (needs this program built with `--features metrics`; `meter` passes it to
+    /// its child runs).
+    #[arg(long, global = true)]
+    prometheus: bool,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -94,6 +100,9 @@ enum Cmd {
     /// Run the share group benchmark (ShareReader against Java's KafkaShareConsumer on Apache
     /// Kafka) and print Markdown tables.
     Share(share::ShareArgs),
+    /// What kafkit's metrics cost per record: the Writer and the Reader with the `metrics`
+    /// feature off, on, and on with the Prometheus recorder, alternating in one run.
+    Meter(meter::MeterArgs),
     /// One producer run in this process, for the parent (`producer`); prints one RESULT line.
     #[command(hide = true)]
     Client {
@@ -450,6 +459,12 @@ impl RunResult {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.prometheus
+        && let Err(e) = meter::install_prometheus()
+    {
+        eprintln!("kafkit-bench: {e}");
+        return ExitCode::FAILURE;
+    }
     match cli.command {
         Cmd::Client { client, workload } => {
             let result = match client {
@@ -512,6 +527,7 @@ fn main() -> ExitCode {
         Cmd::Share(args) => exit_code(share::run(&args)),
         Cmd::Producer(args) => exit_code(producer(&args)),
         Cmd::Encode(args) => exit_code(encode::run(&args)),
+        Cmd::Meter(args) => exit_code(meter::run(&args)),
         Cmd::Consumer(args) => exit_code(consumer::run(&args)),
     }
 }

@@ -69,6 +69,11 @@ const STAGES: [&[Run]; 3] = [
             label: "share",
             check: check_share,
         },
+        Run {
+            example: "metrics_prometheus",
+            label: "metrics_prometheus",
+            check: check_metrics_prometheus,
+        },
     ],
     &[
         Run {
@@ -348,6 +353,39 @@ fn check_share(out: &str) -> Result<(), String> {
 /// Everything `produce` wrote (at least its 1001 records) read back.
 fn check_consume(out: &str) -> Result<(), String> {
     at_least(out, "read ", 1001.0).map(drop)
+}
+
+/// Wrote and read back its 100 records, and the Prometheus scrape it printed says so: sent,
+/// consumed, fetched and processed 100 for its topic, no lag left.
+fn check_metrics_prometheus(out: &str) -> Result<(), String> {
+    need(out, "wrote 100 records")?;
+    need(out, "read 100 records")?;
+    let topic = "\"kafkit-example-metrics\"";
+    for metric in [
+        "messaging_client_sent_messages{",
+        "messaging_client_consumed_messages{",
+        "messaging_process_duration_count{",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(metric) && l.contains(topic))
+            .ok_or_else(|| format!("its scrape has no {metric}...}} line for the topic"))?;
+        if !line.ends_with("} 100") {
+            return Err(format!("\"{line}\": expected 100"));
+        }
+    }
+    let fetched: f64 = out
+        .lines()
+        .filter(|l| l.starts_with("kafkit_fetch_records_total{") && l.contains(topic))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    if fetched < 100.0 {
+        return Err(format!(
+            "kafkit_fetch_records_total adds up to {fetched}, not 100"
+        ));
+    }
+    need(out, "kafkit_connects_total{")?;
+    need(out, "kafkit_consumer_lag{")
 }
 
 /// Assigned all 3 partitions, read at least what `produce` wrote since the group's last

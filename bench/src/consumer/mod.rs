@@ -196,7 +196,7 @@ pub struct ReadWorkload {
 }
 
 impl ReadWorkload {
-    fn to_args(&self) -> Vec<String> {
+    pub(crate) fn to_args(&self) -> Vec<String> {
         let s = &self.settings;
         [
             ("--bootstrap", self.bootstrap.clone()),

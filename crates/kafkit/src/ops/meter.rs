@@ -594,12 +594,8 @@ impl Buffered {
                 return;
             };
             let (r0, b0) = std::mem::replace(&mut *last, (records, bytes));
-            if r0 != records {
-                metrics::gauge!(BUFFERED_RECORDS).increment(records as f64 - r0 as f64);
-            }
-            if b0 != bytes {
-                metrics::gauge!(BUFFERED_BYTES).increment(bytes as f64 - b0 as f64);
-            }
+            metrics::gauge!(BUFFERED_RECORDS).increment(records as f64 - r0 as f64);
+            metrics::gauge!(BUFFERED_BYTES).increment(bytes as f64 - b0 as f64);
         }
     }
 }

@@ -471,6 +471,9 @@ fn main() -> ExitCode {
                 Client::Ours => ours::run(&workload),
                 Client::Rdkafka => peer::run(&workload),
             };
+            if let Some(line) = meter::scrape_summary() {
+                eprintln!("{line}");
+            }
             match result {
                 Ok(r) => {
                     println!("{}", r.to_line());
@@ -487,6 +490,9 @@ fn main() -> ExitCode {
                 Client::Ours => consumer::ours::run(&workload),
                 Client::Rdkafka => consumer::peer::run(&workload),
             };
+            if let Some(line) = meter::scrape_summary() {
+                eprintln!("{line}");
+            }
             match result {
                 Ok(r) => {
                     println!("{}", r.to_line());

@@ -9,8 +9,8 @@
 //! - `prometheus`: this program with `--prometheus`: `metrics-exporter-prometheus`'s recorder
 //!   installed, its upkeep run every 5 s, as an application would.
 //!
-//! Each round runs the producer (a fresh topic of `--partitions` partitions, `--records`
-//! records, the producer bench's settings) and then the consumer (one topic filled once, read
+//! Each round runs the producer (`--records` records to a topic of `--partitions` partitions,
+//! one topic per mode written again every round, the producer bench's settings) and then the consumer (one topic filled once, read
 //! whole from the earliest offset) in every mode, the modes' order rotated per round so that
 //! none always runs first. The table gives each mode's medians over the rounds: CPU ns per
 //! record and records per second, with the CPU against the `off` mode (or `on` without a
@@ -148,18 +148,19 @@ pub fn run(args: &MeterArgs) -> Result<bool, String> {
                 };
                 let mut child: Vec<String> = match bench {
                     Bench::Producer => {
-                        let topic = format!(
-                            "bench-meter-write-{}-{round}-{}",
-                            std::process::id(),
-                            samples.len()
-                        );
-                        crate::create_topic(
-                            &runtime,
-                            Some(&mock),
-                            &bootstrap,
-                            &topic,
-                            args.partitions,
-                        )?;
+                        // One topic per mode, written again each round: the mock keeps at
+                        // most 5 MiB per partition, so memory stays bounded over any number
+                        // of rounds.
+                        let topic = format!("bench-meter-write-{}-{mode:?}", std::process::id());
+                        if round == 0 {
+                            crate::create_topic(
+                                &runtime,
+                                Some(&mock),
+                                &bootstrap,
+                                &topic,
+                                args.partitions,
+                            )?;
+                        }
                         let w = Workload {
                             bootstrap: bootstrap.clone(),
                             topic,
@@ -273,9 +274,18 @@ fn print_table(args: &MeterArgs, benches: &[Bench], modes: &[Mode], samples: &[S
     }
 }
 
-/// Runs `exe` with `args` and reads its RESULT line.
+/// Runs `exe` with `args` and reads its RESULT line; under `KAFKIT_BENCH_CHILD_WRAPPER` when
+/// set (`wrapper exe args...`, say a script running `perf record`), as the other benches' runs.
 fn run_exe(exe: &Path, args: &[String]) -> Result<RunResult, String> {
-    let out = Command::new(exe)
+    let mut command = match std::env::var_os("KAFKIT_BENCH_CHILD_WRAPPER") {
+        Some(wrapper) => {
+            let mut c = Command::new(wrapper);
+            c.arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let out = command
         .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
@@ -292,6 +302,41 @@ fn run_exe(exe: &Path, args: &[String]) -> Result<RunResult, String> {
     RunResult::parse(line)
 }
 
+/// The installed recorder's handle (`--prometheus`).
+#[cfg(feature = "metrics")]
+static PROMETHEUS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+    std::sync::OnceLock::new();
+
+/// With `--prometheus`, a line for stderr after a run (outside its measured span): how many
+/// series the scrape holds and the messages it counted sent and consumed, showing that the
+/// recorder did record.
+pub fn scrape_summary() -> Option<String> {
+    #[cfg(feature = "metrics")]
+    if let Some(handle) = PROMETHEUS.get() {
+        let text = handle.render();
+        let samples = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty());
+        let (mut series, mut sent, mut consumed) = (0, 0.0, 0.0);
+        for line in samples {
+            series += 1;
+            let value = line
+                .rsplit_once(' ')
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            if line.starts_with("messaging_client_sent_messages{") {
+                sent += value;
+            } else if line.starts_with("messaging_client_consumed_messages{") {
+                consumed += value;
+            }
+        }
+        return Some(format!(
+            "kafkit-bench: Prometheus scrape after the run: {series} samples, {sent} messages sent, {consumed} consumed"
+        ));
+    }
+    None
+}
+
 /// `--prometheus`: installs `metrics-exporter-prometheus`'s recorder for this process, with a
 /// thread that runs its upkeep every 5 s (as an application must, see the exporter's
 /// `install_recorder`).
@@ -304,12 +349,14 @@ pub fn install_prometheus() -> Result<(), String> {
             .install_recorder()
             .map_err(|e| format!("Prometheus recorder: {e}"))?;
         kafkit::meter::describe_metrics();
+        let upkeep = handle.clone();
         std::thread::spawn(move || {
             loop {
                 std::thread::sleep(Duration::from_secs(5));
-                handle.run_upkeep();
+                upkeep.run_upkeep();
             }
         });
+        let _ = PROMETHEUS.set(handle);
         Ok(())
     }
     #[cfg(not(feature = "metrics"))]

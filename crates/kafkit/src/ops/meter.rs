@@ -337,6 +337,53 @@ pub(crate) fn acknowledged(started: Started, first_error: Option<&crate::error::
     });
 }
 
+/// Sums `messaging.client.sent.messages` over a run of ended batches of the same topic and
+/// outcome (`writer/inner.rs`, `count_ended`): recorded when the topic or outcome changes and
+/// when dropped, so a request's batches of one topic record once, not once per batch.
+#[derive(Default)]
+pub(crate) struct SentTally<'a> {
+    #[cfg(feature = "metrics")]
+    run: Option<(&'a std::sync::Arc<str>, Option<&'static str>, u64)>,
+    #[cfg(not(feature = "metrics"))]
+    _topics: std::marker::PhantomData<&'a str>,
+}
+
+impl<'a> SentTally<'a> {
+    /// One batch of `count` messages of `topic` ended, failed with `error` (asked only with
+    /// the feature on).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn add(
+        &mut self,
+        topic: &'a std::sync::Arc<str>,
+        count: u64,
+        error: impl FnOnce() -> Option<&'static str>,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            let error = error();
+            match &mut self.run {
+                Some((t, e, n)) if *e == error && same_topic(t, topic) => *n += count,
+                run => {
+                    if let Some((t, e, n)) = run.replace((topic, error, count)) {
+                        sent_messages(t, n, || e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for SentTally<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        #[cfg(feature = "metrics")]
+        if let Some((t, e, n)) = self.run.take() {
+            sent_messages(t, n, || e);
+        }
+    }
+}
+
 /// Counts `count` messages of one batch of `topic` as sent, with `error.type` when the batch
 /// failed (`error` is asked only with the feature on).
 #[inline(always)]
@@ -362,11 +409,45 @@ pub(crate) fn sent_messages(
     }
 }
 
-/// Counts `count` messages of `topic` handed out by a poll (of `group`'s member, when one).
+/// Counts the messages a poll handed out (of `group`'s member, when one): `(topic, count)` per
+/// partition, one recording per run of partitions of the same topic (a poll of 1,000
+/// partitions of one topic records once).
 #[inline(always)]
 #[allow(unused_variables)]
-pub(crate) fn consumed_messages(topic: &std::sync::Arc<str>, count: u64, group: Option<&str>) {
+pub(crate) fn consumed_messages<'a>(
+    parts: impl Iterator<Item = (&'a std::sync::Arc<str>, u64)>,
+    group: Option<&str>,
+) {
     #[cfg(feature = "metrics")]
+    for (topic, count) in runs(parts) {
+        consumed_of(topic, count, group);
+    }
+}
+
+/// Sums the counts of consecutive items of the same topic: one `(topic, sum)` per run.
+#[cfg(feature = "metrics")]
+fn runs<'a>(
+    items: impl Iterator<Item = (&'a std::sync::Arc<str>, u64)>,
+) -> impl Iterator<Item = (&'a std::sync::Arc<str>, u64)> {
+    let mut items = items.peekable();
+    std::iter::from_fn(move || {
+        let (topic, mut sum) = items.next()?;
+        while let Some((_, n)) = items.next_if(|(t, _)| same_topic(t, topic)) {
+            sum += n;
+        }
+        Some((topic, sum))
+    })
+}
+
+/// Whether two topic names are the same (the same `Arc` first: the common case).
+#[cfg(feature = "metrics")]
+fn same_topic(a: &std::sync::Arc<str>, b: &std::sync::Arc<str>) -> bool {
+    std::sync::Arc::ptr_eq(a, b) || **a == **b
+}
+
+/// `consumed_messages` of one topic.
+#[cfg(feature = "metrics")]
+fn consumed_of(topic: &std::sync::Arc<str>, count: u64, group: Option<&str>) {
     {
         let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
         match group {
@@ -393,12 +474,19 @@ pub(crate) fn produce_batches<'a>(
     #[cfg(feature = "metrics")]
     {
         let node = node_label(node);
-        for (topic, records) in batches {
+        // One recording per run of batches of the same topic: (records, batches) summed.
+        let mut batches = batches.peekable();
+        while let Some((topic, mut records)) = batches.next() {
+            let mut count = 1;
+            while let Some((_, n)) = batches.next_if(|(t, _)| same_topic(t, topic)) {
+                records += n;
+                count += 1;
+            }
             let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
             metrics::counter!(PRODUCE_RECORDS, "node_id" => node.clone(), "topic" => topic.clone())
                 .increment(records);
             metrics::counter!(PRODUCE_BATCHES, "node_id" => node.clone(), "topic" => topic)
-                .increment(1);
+                .increment(count);
         }
     }
 }
@@ -516,6 +604,8 @@ struct PartitionHandles {
     records: metrics::Counter,
     batches: metrics::Counter,
     lag: metrics::Gauge,
+    /// The lag last set (-1: none yet): an unchanged lag is not set again.
+    last_lag: i64,
 }
 
 impl std::fmt::Debug for PartitionMeter {
@@ -548,8 +638,9 @@ impl PartitionMeter {
                 h.records.increment(records as u64);
                 h.batches.increment(batches as u64);
             }
-            if lag >= 0 {
+            if lag >= 0 && lag != h.last_lag {
                 h.lag.set(lag as f64);
+                h.last_lag = lag;
             }
         }
     }
@@ -565,6 +656,7 @@ impl PartitionHandles {
             records: metrics::counter!(FETCH_RECORDS, "node_id" => label.clone(), "topic" => topic.clone()),
             batches: metrics::counter!(FETCH_BATCHES, "node_id" => label, "topic" => topic.clone()),
             lag: metrics::gauge!(LAG, "topic" => topic, "partition" => partition.to_string()),
+            last_lag: -1,
         }
     }
 }
@@ -725,9 +817,9 @@ mod tests {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicU64, Ordering};
 
-        /// Sums every counter increment, whatever its key.
+        /// Sums every counter increment, whatever its key, and counts the registrations.
         #[derive(Default)]
-        struct Sum(Arc<AtomicU64>);
+        struct Sum(Arc<AtomicU64>, Arc<AtomicU64>);
         struct Handle(Arc<AtomicU64>);
         impl metrics::CounterFn for Handle {
             fn increment(&self, v: u64) {
@@ -763,6 +855,7 @@ mod tests {
                 _: &metrics::Metadata<'_>,
             ) -> metrics::Counter {
                 assert_eq!(key.name(), SENT_MESSAGES);
+                self.1.fetch_add(1, Ordering::Relaxed);
                 metrics::Counter::from_arc(Arc::new(Handle(Arc::clone(&self.0))))
             }
             fn register_gauge(
@@ -781,12 +874,29 @@ mod tests {
             }
         }
         let sum = Sum::default();
-        let seen = Arc::clone(&sum.0);
+        let (seen, registered) = (Arc::clone(&sum.0), Arc::clone(&sum.1));
         let topic: Arc<str> = Arc::from("t");
         metrics::with_local_recorder(&sum, || {
             sent_messages(&topic, 3, || None);
             sent_messages(&topic, 4, || Some("REQUEST_TIMED_OUT"));
         });
         assert_eq!(seen.load(Ordering::Relaxed), 7);
+        assert_eq!(registered.load(Ordering::Relaxed), 2);
+
+        // A tally records once per run of batches of one topic and outcome: t t t (ok),
+        // t (failed), u, t (ok again) are four recordings of 1 + 2 + 3, 4, 5, 6.
+        let other: Arc<str> = Arc::from("u");
+        let same_name: Arc<str> = Arc::from("t");
+        metrics::with_local_recorder(&sum, || {
+            let mut tally = SentTally::default();
+            tally.add(&topic, 1, || None);
+            tally.add(&topic, 2, || None);
+            tally.add(&same_name, 3, || None);
+            tally.add(&topic, 4, || Some("REQUEST_TIMED_OUT"));
+            tally.add(&other, 5, || None);
+            tally.add(&topic, 6, || None);
+        });
+        assert_eq!(seen.load(Ordering::Relaxed), 7 + 21);
+        assert_eq!(registered.load(Ordering::Relaxed), 2 + 4);
     }
 }

@@ -35,13 +35,7 @@ pub(crate) fn apply_one(
         return;
     };
     match answer.error {
-        ErrorCode::NONE => {
-            let fetched = meter::ENABLED.then(|| fetched_counts(&answer));
-            answered(st, config, planned, answer, named, now, fu, counters);
-            if let Some(n) = fetched {
-                note_fetched(st, node, planned, n);
-            }
-        }
+        ErrorCode::NONE => answered(st, config, node, planned, answer, named, now, fu, counters),
         ErrorCode::OFFSET_OUT_OF_RANGE => out_of_range(st, config, planned, &answer, now, fu),
         ErrorCode::NOT_LEADER_OR_FOLLOWER
         | ErrorCode::LEADER_NOT_AVAILABLE
@@ -80,6 +74,7 @@ pub(crate) fn apply_one(
 fn answered(
     st: &mut State,
     config: &Config,
+    node: i32,
     planned: &Planned,
     answer: Answer,
     named: Option<bool>,
@@ -115,6 +110,7 @@ fn answered(
         return;
     }
     let next = answer.next;
+    let fetched = meter::ENABLED.then(|| fetched_counts(&answer));
     if let Some(r) = answer.records {
         Counters::add(&counters.fetched, r.records.len() as u64);
         st.push_records(r);
@@ -124,6 +120,9 @@ fn answered(
         return;
     };
     c.advance(next);
+    if let Some(n) = fetched {
+        note_fetched(c, node, planned, n);
+    }
     if let Some((offset, e)) = answer.decode_error {
         c.fetch = Position::new(offset, c.fetch.leader_epoch);
         let error = partition_error(planned, offset, Error::Records(e));
@@ -143,6 +142,7 @@ fn answered(
 }
 
 /// Records and batches an answer delivers (for the partition's meter).
+#[inline(always)]
 fn fetched_counts(answer: &Answer) -> (usize, usize) {
     answer
         .records
@@ -152,16 +152,15 @@ fn fetched_counts(answer: &Answer) -> (usize, usize) {
 
 /// The partition's meter after an answer (cargo feature `metrics`): what `node` delivered, and
 /// the lag, high watermark minus the fetch position now.
-fn note_fetched(st: &mut State, node: i32, planned: &Planned, fetched: (usize, usize)) {
-    if let Some(c) = st.cursor_mut(&planned.topic, planned.partition) {
-        let lag = if c.high_watermark >= 0 {
-            c.high_watermark - c.fetch.offset
-        } else {
-            -1
-        };
-        c.meter
-            .fetched(node, &planned.topic, planned.partition, fetched, lag);
-    }
+#[inline(always)]
+fn note_fetched(c: &mut Cursor, node: i32, planned: &Planned, fetched: (usize, usize)) {
+    let lag = if c.high_watermark >= 0 {
+        c.high_watermark - c.fetch.offset
+    } else {
+        -1
+    };
+    c.meter
+        .fetched(node, &planned.topic, planned.partition, fetched, lag);
 }
 
 /// The watermarks an answer carries (those it knows).

@@ -503,9 +503,10 @@ pub(crate) fn poll_ended(
 ) -> Result<Vec<PartitionRecords>> {
     match &out {
         Ok(parts) => {
-            for p in parts.iter().filter(|_| crate::ops::meter::ENABLED) {
-                crate::ops::meter::consumed_messages(&p.topic, p.records.len() as u64, group);
-            }
+            crate::ops::meter::consumed_messages(
+                parts.iter().map(|p| (&p.topic, p.records.len() as u64)),
+                group,
+            );
             crate::ops::otel::poll_done(
                 span,
                 parts

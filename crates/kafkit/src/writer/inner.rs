@@ -1119,6 +1119,7 @@ impl Inner {
     fn count_ended(&self, done: &[(Batch, Outcome)]) -> (usize, usize) {
         let now = Instant::now();
         let (mut records, mut cost) = (0usize, 0usize);
+        let mut sent = crate::ops::meter::SentTally::default();
         for (batch, outcome) in done {
             if batch.shared.is_done() {
                 continue;
@@ -1133,10 +1134,10 @@ impl Inner {
                         batch.encoded.as_ref().map_or(0, |b| b.len() as u64),
                         now.saturating_duration_since(batch.created),
                     );
-                    crate::ops::meter::sent_messages(&batch.shared.topic, n as u64, || None);
+                    sent.add(&batch.shared.topic, n as u64, || None);
                 }
                 Outcome::Failed { error, .. } => {
-                    crate::ops::meter::sent_messages(&batch.shared.topic, n as u64, || {
+                    sent.add(&batch.shared.topic, n as u64, || {
                         Some(crate::ops::otel::error_type(error.error_code()))
                     });
                     tracing::debug!(

@@ -386,9 +386,8 @@ impl Drop for SentTally<'_> {
 
 /// Counts `count` messages of one batch of `topic` as sent, with `error.type` when the batch
 /// failed (`error` is asked only with the feature on).
-#[inline(always)]
-#[allow(unused_variables)]
-pub(crate) fn sent_messages(
+#[cfg(feature = "metrics")]
+fn sent_messages(
     topic: &std::sync::Arc<str>,
     count: u64,
     error: impl FnOnce() -> Option<&'static str>,

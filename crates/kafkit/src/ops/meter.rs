@@ -12,8 +12,8 @@
 //! handle ([`ProcessMeter`], the connection's and partition's caches) an empty struct: the
 //! clients' calls compile to nothing and kafkit does not depend on `metrics`. With it, a call
 //! either builds a metric key (a label vector: one allocation) and asks the installed recorder,
-//! once per batch, request or poll, or uses a handle cached per connection or partition (no
-//! lookup at all); never per record.
+//! once per request, poll, or run of one topic's batches in a request, or uses a handle cached
+//! per connection or partition (no lookup at all); never per record.
 //!
 //! This floor holds the vocabulary because the writer, the reader, the group member and the
 //! connections all record and none of them may import another.
@@ -392,19 +392,16 @@ fn sent_messages(
     count: u64,
     error: impl FnOnce() -> Option<&'static str>,
 ) {
-    #[cfg(feature = "metrics")]
-    {
-        let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
-        match error() {
-            None => metrics::counter!(SENT_MESSAGES,
-                "messaging.system" => SYSTEM, "messaging.operation.name" => "send",
-                "messaging.destination.name" => topic)
-            .increment(count),
-            Some(e) => metrics::counter!(SENT_MESSAGES,
-                "messaging.system" => SYSTEM, "messaging.operation.name" => "send",
-                "messaging.destination.name" => topic, "error.type" => e)
-            .increment(count),
-        }
+    let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
+    match error() {
+        None => metrics::counter!(SENT_MESSAGES,
+            "messaging.system" => SYSTEM, "messaging.operation.name" => "send",
+            "messaging.destination.name" => topic)
+        .increment(count),
+        Some(e) => metrics::counter!(SENT_MESSAGES,
+            "messaging.system" => SYSTEM, "messaging.operation.name" => "send",
+            "messaging.destination.name" => topic, "error.type" => e)
+        .increment(count),
     }
 }
 

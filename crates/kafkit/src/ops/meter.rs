@@ -328,12 +328,16 @@ pub(crate) fn settled<T>(
 }
 
 /// Records a share group member's acknowledgement round (`ShareReader::commit`), with
-/// `error.type` of the first partition the broker refused (`first_error`, when one).
+/// `error.type` of the first partition the broker refused (`first_error`, asked only with the
+/// feature on).
 #[inline(always)]
 #[allow(unused_variables)]
-pub(crate) fn acknowledged(started: Started, first_error: Option<&crate::error::Error>) {
+pub(crate) fn acknowledged<'a>(
+    started: Started,
+    first_error: impl FnOnce() -> Option<&'a crate::error::Error>,
+) {
     operation_duration(Op::Acknowledge, started, || {
-        first_error.map(|e| crate::ops::otel::error_type(e.error_code()))
+        first_error().map(|e| crate::ops::otel::error_type(e.error_code()))
     });
 }
 

@@ -548,8 +548,9 @@ impl ShareReader {
         self.settle(deadline).await;
         let settled = self.fetcher.settled.take().unwrap_or_default();
         end_settle_span(&span, &settled);
-        let refused = settled.iter().find_map(|c| c.result.as_ref().err());
-        crate::ops::meter::acknowledged(started, refused);
+        crate::ops::meter::acknowledged(started, || {
+            settled.iter().find_map(|c| c.result.as_ref().err())
+        });
         Ok(settled)
     }
 

@@ -436,6 +436,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_metrics_scrape_must_count_the_100_records() {
+        let t = "messaging_destination_name=\"kafkit-example-metrics\"";
+        let good = format!(
+            "wrote 100 records\nread 100 records\n--- scrape ---\n\
+             messaging_client_sent_messages{{messaging_system=\"kafka\",{t}}} 100\n\
+             messaging_client_consumed_messages{{{t}}} 100\n\
+             messaging_process_duration_count{{{t}}} 100\n\
+             kafkit_fetch_records_total{{node_id=\"1\",topic=\"kafkit-example-metrics\"}} 60\n\
+             kafkit_fetch_records_total{{node_id=\"2\",topic=\"kafkit-example-metrics\"}} 40\n\
+             kafkit_connects_total{{node_id=\"1\"}} 2\n\
+             kafkit_consumer_lag{{topic=\"kafkit-example-metrics\",partition=\"0\"}} 0\n"
+        );
+        assert_eq!(check_metrics_prometheus(&good), Ok(()));
+        let fewer = good.replace(
+            "kafka\",messaging_destination_name=\"kafkit-example-metrics\"} 100",
+            "kafka\",messaging_destination_name=\"kafkit-example-metrics\"} 99",
+        );
+        assert!(
+            check_metrics_prometheus(&fewer)
+                .unwrap_err()
+                .contains("expected 100")
+        );
+        let unfetched = good.replace("} 40\n", "} 30\n");
+        assert!(
+            check_metrics_prometheus(&unfetched)
+                .unwrap_err()
+                .contains("90")
+        );
+    }
+
+    #[test]
     fn produce_ranges_must_hold_1000() {
         let good = "1 record: kafkit-example-orders/0 at offset 0\n1000 records:\n  \
                     kafkit-example-orders/0: 200 records at offsets 1 to 200\n  \

@@ -288,3 +288,57 @@ fn the_scraped_text_matches_what_was_sent_read_and_closed() {
         0
     );
 }
+
+/// The Reader's `Stream` counts the records it takes to yield as consumed (no group label).
+#[test]
+fn the_readers_stream_counts_what_it_yields() {
+    use futures_core::Stream;
+    use kafkit::StartOffset;
+
+    const N: u64 = 50;
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let mock = GroupMock::new(1);
+    let topic = unique_topic("metrics-stream");
+    mock.cluster()
+        .create_topic(&topic, 1, 1)
+        .expect("mock create_topic");
+    let bootstrap = mock.bootstrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            let transport = Transport::builder(bootstrap.split(','))
+                .build()
+                .expect("transport");
+            let writer = Writer::builder(transport.clone()).build().expect("writer");
+            let records = (0..N)
+                .map(|i| ProducerRecord::new(&topic, format!("v{i}")))
+                .collect();
+            writer.write(records).await.expect("written");
+            writer.close(Duration::from_secs(10)).await.expect("close");
+            let mut reader = Reader::builder(transport).build().expect("reader");
+            reader
+                .assign([(topic.as_str(), 0, StartOffset::Earliest)])
+                .expect("assign");
+            for _ in 0..N {
+                let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut reader).poll_next(cx));
+                tokio::time::timeout(Duration::from_secs(30), next)
+                    .await
+                    .expect("a record within 30 s")
+                    .expect("not ended")
+                    .expect("a record");
+            }
+            reader.close();
+        });
+    });
+    let text = handle.render();
+    let dest = ("messaging_destination_name", topic.as_str());
+    let consumed = one(&text, "messaging_client_consumed_messages", &[dest]);
+    assert_eq!(consumed, N as f64, "{text}");
+    assert!(!text.contains("messaging_consumer_group_name"), "{text}");
+    let (fetched, _) = sum(&text, "kafkit_fetch_records_total", &[("topic", &topic)]);
+    assert_eq!(fetched, N as f64, "{text}");
+}

@@ -1355,6 +1355,8 @@ impl futures_core::Stream for GroupReader {
                             .iter()
                             .map(|p| (&*p.topic, p.partition, p.records.len())),
                     );
+                    let group = Some(this.shared.config.group_id.as_str());
+                    crate::reader::meter_streamed(&parts, group);
                     if let Some(p) = parts.into_iter().next()
                         && let Some(first) = p.records.first()
                     {

@@ -483,6 +483,7 @@ impl futures_core::Stream for Reader {
                             .iter()
                             .map(|p| (&*p.topic, p.partition, p.records.len())),
                     );
+                    meter_streamed(&parts, None);
                     let mut parts = parts.into_iter();
                     self.current = parts.next().map(ConsumerRecords::new);
                     debug_assert!(parts.next().is_none(), "one partition at a time");
@@ -490,6 +491,17 @@ impl futures_core::Stream for Reader {
             }
         }
     }
+}
+
+/// `messaging.client.consumed.messages` of the records a `Stream` (the Reader's, a group
+/// member's) takes to yield one by one: counted when taken, once per partition (cargo feature
+/// `metrics`).
+#[inline(always)]
+pub(crate) fn meter_streamed(parts: &[PartitionRecords], group: Option<&str>) {
+    crate::ops::meter::consumed_messages(
+        parts.iter().map(|p| (&p.topic, p.records.len() as u64)),
+        group,
+    );
 }
 
 /// Ends a `poll` span (`ops/otel.rs`) with what the poll handed out: the record count and the

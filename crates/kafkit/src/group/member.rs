@@ -853,45 +853,52 @@ impl Member {
                 keep.push((req, at));
                 continue;
             };
-            let offsets = req.offsets.clone();
-            let built = commit_request(self.group_id(), &self.who, &offsets);
-            let mut req_msg = match built {
-                Ok(r) => r,
-                Err(e) => {
-                    req.answer(Err(e));
-                    continue;
-                }
-            };
-            let ids = self.topic_ids();
-            let cap = (!commit::commit_topic_ids(&mut req_msg, &ids))
-                .then_some(commit::FIRST_TOPIC_ID_VERSION - 1);
-            let version = match conn.version_for::<OffsetCommitRequest>(cap) {
-                Ok(v) => v,
-                Err(e) => {
-                    req.answer(Err(e));
-                    continue;
-                }
-            };
-            let send = self.coord.send_at(node, conn, req_msg, version);
-            let span = tracing::debug_span!("commit", group = %self.shared.config.group_id, partitions = offsets.len(), version);
-            let otel_span = self.commit_otel_span(node, &offsets);
-            let names = offsets.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
-            let task = self.commits.spawn(tracing::Instrument::instrument(
-                async move {
-                    let started = crate::ops::meter::start();
-                    let r = send.await.map(|(_, mut r)| {
-                        commit::name_commit_answer(&mut r, &ids);
-                        (r, ids)
-                    });
-                    commit::end_commit_span(&otel_span, &r);
-                    crate::ops::meter::settled(crate::ops::meter::Op::Commit, started, &r);
-                    (req, offsets, r)
-                },
-                span,
-            ));
-            self.in_flight.insert(task.id(), names);
+            self.send_commit(req, node, conn);
         }
         self.deferred.extend(keep);
+    }
+
+    /// Sends `req` to the coordinator at `node` over `conn`, from a task of its own (its
+    /// partitions marked in flight until the answer); a request that cannot be built or has
+    /// no version in common is answered with the error.
+    fn send_commit(&mut self, req: CommitRequest, node: i32, conn: crate::Conn) {
+        let offsets = req.offsets.clone();
+        let built = commit_request(self.group_id(), &self.who, &offsets);
+        let mut req_msg = match built {
+            Ok(r) => r,
+            Err(e) => {
+                req.answer(Err(e));
+                return;
+            }
+        };
+        let ids = self.topic_ids();
+        let cap = (!commit::commit_topic_ids(&mut req_msg, &ids))
+            .then_some(commit::FIRST_TOPIC_ID_VERSION - 1);
+        let version = match conn.version_for::<OffsetCommitRequest>(cap) {
+            Ok(v) => v,
+            Err(e) => {
+                req.answer(Err(e));
+                return;
+            }
+        };
+        let send = self.coord.send_at(node, conn, req_msg, version);
+        let span = tracing::debug_span!("commit", group = %self.shared.config.group_id, partitions = offsets.len(), version);
+        let otel_span = self.commit_otel_span(node, &offsets);
+        let names = offsets.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
+        let task = self.commits.spawn(tracing::Instrument::instrument(
+            async move {
+                let started = crate::ops::meter::start();
+                let r = send.await.map(|(_, mut r)| {
+                    commit::name_commit_answer(&mut r, &ids);
+                    (r, ids)
+                });
+                commit::end_commit_span(&otel_span, &r);
+                crate::ops::meter::settled(crate::ops::meter::Op::Commit, started, &r);
+                (req, offsets, r)
+            },
+            span,
+        ));
+        self.in_flight.insert(task.id(), names);
     }
 
     /// Whether `req` names a partition that a commit in flight names: it waits for that one's

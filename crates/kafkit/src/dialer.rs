@@ -95,6 +95,8 @@ pub struct Dialer {
     sasl_max_reauth_interval: Option<Duration>,
     sasl_handshake_max_version: Option<i16>,
     unstable_api_versions: bool,
+    /// Connections set up so far, by every clone (Java's `connection-creation-total`).
+    connections_created: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl fmt::Debug for Dialer {
@@ -133,6 +135,7 @@ impl Default for Dialer {
             sasl_max_reauth_interval: None,
             sasl_handshake_max_version: None,
             unstable_api_versions: false,
+            connections_created: Arc::default(),
         }
     }
 }
@@ -352,6 +355,13 @@ impl Dialer {
         self.dial_checked(addr, None).await
     }
 
+    /// Connections this dialer and its clones (so a whole [`crate::Transport`]) set up so far:
+    /// TCP, TLS, ApiVersions and SASL done. Java's `connection-creation-total`.
+    pub fn connections_created(&self) -> u64 {
+        self.connections_created
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// [`Dialer::dial`] for node `expected.1` of cluster `expected.0`: the ApiVersions v5
     /// request names both, and a broker of Apache Kafka 4.4+ that is not that node refuses
     /// (KIP-1242).
@@ -385,7 +395,13 @@ impl Dialer {
             Ok(conn)
         };
         match tokio::time::timeout_at(deadline, setup).await {
-            Ok(r) => r,
+            Ok(r) => {
+                if r.is_ok() {
+                    self.connections_created
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                r
+            }
             Err(_) => Err(Error::ConnectTimeout {
                 addr: addr.to_owned(),
                 timeout,

@@ -14,6 +14,7 @@ pub(crate) mod produce;
 pub(crate) mod properties;
 pub(crate) mod reader;
 pub(crate) mod share;
+pub(crate) mod telemetry;
 
 use std::fmt;
 use std::io;
@@ -448,6 +449,11 @@ pub enum Error {
     /// code as [`ShareError`] says.
     #[error(transparent)]
     Share(ShareError),
+
+    /// A client has no KIP-714 client instance id ([`telemetry::TelemetryError`]:
+    /// metrics push off, the cluster takes none, or none in time).
+    #[error(transparent)]
+    Telemetry(#[from] telemetry::TelemetryError),
 }
 
 impl From<ProduceError> for Error {
@@ -492,6 +498,7 @@ impl Error {
             Error::Reader(e) => e.is_retriable(),
             Error::Group(e) => e.is_retriable(),
             Error::Share(e) => e.is_retriable(),
+            Error::Telemetry(e) => e.is_retriable(),
             Error::Encode(_)
             | Error::Decode(_)
             | Error::Compression(_)

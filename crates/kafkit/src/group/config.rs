@@ -26,6 +26,7 @@
 //! | `require_stable_offsets` | true | | `require.stable.offsets` (Java: always on) | OffsetFetch with `require_stable` (KIP-447): wait for pending transactional commits before reading committed offsets, so a new owner never reads the offset a stalled member's pending TxnOffsetCommit is about to replace. A coordinator below OffsetFetch v7 is asked without it, as Java does. |
 //! | `retry_backoff` | 100 ms | `Duration`, 1 ms..=1 h | `retry.backoff.ms` | First wait after a failed group request; doubles per failure up to 1 s (KIP-580). |
 //! | `close_timeout` | 30 s | `Duration`, 0..=1 day | (Java `close()`'s default) | The longest `GroupReader::close` takes as a whole: the pending step, the closing auto-commit, the revoked callback and the LeaveGroup; past it the member stops without waiting further. |
+//! | `enable_metrics_push` | true | bool | `enable.metrics.push` | Pushes the member's metrics to the cluster (KIP-714), labelled with the group, instance and member ids. |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -324,6 +325,7 @@ pub struct GroupReaderBuilder {
     /// Per-record process spans, handed to the Reader's with the group's name.
     process_spans: bool,
     on_traceparent: Option<crate::ops::otel::TraceParentHook>,
+    enable_metrics_push: bool,
 }
 
 impl std::fmt::Debug for GroupReaderBuilder {
@@ -344,7 +346,21 @@ impl GroupReaderBuilder {
             config: Config::new(group_id.into()),
             process_spans: false,
             on_traceparent: None,
+            enable_metrics_push: true,
         }
+    }
+
+    /// Whether the member pushes its metrics to the cluster (KIP-714; Java's
+    /// `enable.metrics.push`, default true), with the resource attributes `group_id`,
+    /// `group_instance_id`, `group_member_id` and `client_rack`. On, the member runs a
+    /// [`Telemetry`](crate::telemetry::Telemetry) engine fed by [`GroupReader::metric_source`]:
+    /// it asks for a subscription (GetTelemetrySubscriptions) in the background, pushes what
+    /// the operator subscribed to at the interval the broker gives, and a last time on
+    /// [`GroupReader::close`]. Off, nothing is sent and [`GroupReader::client_instance_id`]
+    /// fails.
+    pub fn enable_metrics_push(mut self, on: bool) -> Self {
+        self.enable_metrics_push = on;
+        self
     }
 
     /// The fetching settings (fetch sizes and waits, `max_poll_records`, `auto_offset_reset`
@@ -577,7 +593,13 @@ impl GroupReaderBuilder {
                 self.on_traceparent,
             )
             .build()?;
-        GroupReader::start(self.transport, reader, self.config, self.listener)
+        GroupReader::start(
+            self.transport,
+            reader,
+            self.config,
+            self.listener,
+            self.enable_metrics_push,
+        )
     }
 }
 

@@ -42,6 +42,7 @@ pub(crate) use consumer::random_member_id;
 mod member;
 mod shared;
 mod subscription;
+mod telemetry;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -364,6 +365,8 @@ pub struct GroupReader {
     ended: bool,
     /// The member stopped for good: every poll reports this.
     stopped: Option<GroupError>,
+    /// Its KIP-714 engine (`group/telemetry.rs`); dropped with the member.
+    push: crate::telemetry::ClientPush,
 }
 
 impl std::fmt::Debug for GroupReader {
@@ -385,6 +388,7 @@ impl GroupReader {
         reader: Reader,
         config: Config,
         listener: Option<Arc<dyn RebalanceListener>>,
+        push: bool,
     ) -> Result<GroupReader> {
         let handle = Handle::try_current()
             .map_err(|_| Error::Config("GroupReaderBuilder::build needs a tokio runtime".into()))?;
@@ -408,6 +412,12 @@ impl GroupReader {
             .heartbeat_interval
             .min(shared.config.max_poll_interval / 2)
             .max(Duration::from_millis(1));
+        let push = crate::telemetry::ClientPush::start(
+            push,
+            &shared.transport,
+            telemetry::source(&shared),
+            Vec::new(),
+        );
         let core = member::Member::new(Arc::clone(&shared), cmd_rx, step_tx);
         let task = match shared.config.group_protocol {
             GroupProtocol::Classic => handle.spawn(classic::run(core)),
@@ -429,6 +439,7 @@ impl GroupReader {
             task: Some(task),
             ended: false,
             stopped: None,
+            push,
         })
     }
 
@@ -1100,6 +1111,10 @@ impl GroupReader {
         {
             tracing::warn!(group = %self.shared.config.group_id, ?timeout, "close timed out; the member stops without waiting further");
         }
+        // KIP-714's terminating push, in what is left of the timeout.
+        self.push
+            .close(deadline.saturating_duration_since(Instant::now()))
+            .await;
         self.reader.close();
         if let Some(t) = self.task.take() {
             t.abort();

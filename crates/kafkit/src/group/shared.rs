@@ -79,6 +79,8 @@ pub(crate) struct Shared {
     /// Notified at every poll (a member that left after `max_poll_interval` waits for it).
     pub(crate) polled: Notify,
     pub(super) epoch: Instant,
+    /// The KIP-714 windows (`group/telemetry.rs` reports them).
+    pub(super) kip714: crate::telemetry::window::CoordinatorWindows,
 }
 
 /// The `Stream`'s place in a partition answer it has not yielded in full.
@@ -144,6 +146,7 @@ impl Shared {
             last_poll_ms: AtomicU64::new(0),
             polled: Notify::new(),
             epoch,
+            kip714: crate::telemetry::window::CoordinatorWindows::default(),
         }
     }
 
@@ -184,6 +187,7 @@ impl Shared {
         v.rebalances += 1;
         if let Some(start) = v.rebalance_started.take() {
             v.last_rebalance = Some(start.elapsed());
+            self.kip714.rebalanced(start.elapsed());
         }
         if v.first_assignment.is_none() {
             v.first_assignment = Some(self.epoch.elapsed());
@@ -195,6 +199,7 @@ impl Shared {
     }
 
     pub(crate) fn note_commit(&self, latency: Duration) {
+        self.kip714.committed(latency);
         let mut v = lock(&self.view);
         v.commits += 1;
         v.commit_latency_total += latency;

@@ -166,6 +166,7 @@ impl WriterBuilder {
             "enable.idempotence" => b.enable_idempotence(boolean(name, v)?),
             "transactional.id" => b.transactional_id(text(name, v)?),
             "transaction.timeout.ms" => b.transaction_timeout(millis_value(name, v)?),
+            "enable.metrics.push" => b.enable_metrics_push(boolean(name, v)?),
             _ => b,
         })
     }
@@ -350,6 +351,7 @@ impl GroupReaderBuilder {
                 "max.poll.interval.ms" => b.max_poll_interval(millis_value(name, v)?),
                 "enable.auto.commit" => b.enable_auto_commit(boolean(name, v)?),
                 "auto.commit.interval.ms" => b.auto_commit_interval(millis_value(name, v)?),
+                "enable.metrics.push" => b.enable_metrics_push(boolean(name, v)?),
                 "partition.assignment.strategy" => {
                     let list = text(name, v)?;
                     let assignors = list
@@ -419,6 +421,7 @@ impl ShareReaderBuilder {
                 "fetch.max.bytes" => b.fetch_max_bytes(count(name, v)?),
                 "client.rack" => b.client_rack(text(name, v)?),
                 "retry.backoff.ms" => b.retry_backoff(millis_value(name, v)?),
+                "enable.metrics.push" => b.enable_metrics_push(boolean(name, v)?),
                 _ => b,
             };
         }
@@ -434,6 +437,51 @@ mod tests {
 
     fn props(pairs: &[(&str, &str)]) -> Properties {
         pairs.iter().copied().collect()
+    }
+
+    /// `enable.metrics.push=false` turns off the KIP-714 engine of the writer, the group member
+    /// and the share member (their `client_instance_id` says so at once); left out, each has
+    /// one (which, with no broker, has no id yet).
+    #[tokio::test]
+    async fn enable_metrics_push_turns_each_clients_engine_off() {
+        use crate::telemetry::TelemetryError;
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        for push in ["false", "true"] {
+            let p = props(&[("enable.metrics.push", push), ("group.id", "g")]);
+            p.check().unwrap();
+            let w = WriterBuilder::from_properties(t.clone(), &p)
+                .unwrap()
+                .build()
+                .unwrap();
+            let g = GroupReaderBuilder::from_properties(t.clone(), &p)
+                .unwrap()
+                .subscribe(["t"])
+                .enable_auto_commit(false)
+                .build()
+                .unwrap();
+            let s = ShareReaderBuilder::from_properties(t.clone(), &p)
+                .unwrap()
+                .topics(["t"])
+                .build()
+                .unwrap();
+            let expected = if push == "false" {
+                TelemetryError::Disabled
+            } else {
+                TelemetryError::Timeout {
+                    timeout: Duration::ZERO,
+                }
+            };
+            for got in [
+                w.client_instance_id(Duration::ZERO).await,
+                g.client_instance_id(Duration::ZERO).await,
+                s.client_instance_id(Duration::ZERO).await,
+            ] {
+                match got {
+                    Err(crate::Error::Telemetry(e)) => assert_eq!(e, expected, "push={push}"),
+                    other => panic!("push={push}: {other:?}"),
+                }
+            }
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod session;
 mod shared;
 mod source;
 mod stats;
+mod telemetry;
 mod work;
 
 use std::pin::Pin;
@@ -51,6 +52,7 @@ use self::cursor::CursorState;
 pub(crate) use self::record::{Barrier, ConsumerRecords};
 use self::shared::{Shared, TaskFns};
 use self::stats::Counters;
+pub(crate) use self::telemetry::consumer_fetch_metrics;
 use crate::error::{Error, Result};
 use crate::ops::offsets::IsolationLevel;
 use crate::transport::Transport;

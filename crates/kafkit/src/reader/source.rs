@@ -150,6 +150,12 @@ impl Source {
         };
         let started = Instant::now();
         let resp = self.send(&conn, &req, version, parts.len()).await;
+        if resp.is_ok() {
+            self.shared
+                .counters
+                .kip714
+                .fetched(self.node, started.elapsed());
+        }
         match resp.and_then(|resp| self.answered(id, &parts, resp)) {
             Ok(data) => {
                 self.failures = 0;

@@ -99,6 +99,8 @@ pub(crate) struct Counters {
     pub(crate) fetched: AtomicU64,
     pub(crate) delivered: AtomicU64,
     pub(crate) discarded: AtomicU64,
+    /// The KIP-714 windows (`reader/telemetry.rs` reports them).
+    pub(crate) kip714: crate::telemetry::window::FetchWindows,
 }
 
 impl Counters {

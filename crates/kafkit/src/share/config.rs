@@ -104,10 +104,12 @@ pub(crate) struct Config {
 /// | `retry_backoff` | 100 ms | `Duration` | `retry.backoff.ms` |
 /// | `process_spans` | false | bool | (OTel instrumentation's process spans) |
 /// | `on_traceparent` | none | `Fn(&Span, &TraceParent)` | |
+/// | `enable_metrics_push` | true | bool | `enable.metrics.push` |
 #[must_use]
 pub struct ShareReaderBuilder {
     transport: Transport,
     config: Config,
+    enable_metrics_push: bool,
 }
 
 impl std::fmt::Debug for ShareReaderBuilder {
@@ -139,7 +141,21 @@ impl ShareReaderBuilder {
                 process: None,
                 on_traceparent: None,
             },
+            enable_metrics_push: true,
         }
+    }
+
+    /// Whether the member pushes its metrics to the cluster (KIP-714; Java's
+    /// `enable.metrics.push`, default true), with the resource attributes `group_id`,
+    /// `group_member_id` and `client_rack`. On, the member runs a
+    /// [`Telemetry`](crate::telemetry::Telemetry) engine fed by [`ShareReader::metric_source`]:
+    /// it asks for a subscription (GetTelemetrySubscriptions) in the background, pushes what
+    /// the operator subscribed to at the interval the broker gives, and a last time on
+    /// [`ShareReader::close`]. Off, nothing is sent and [`ShareReader::client_instance_id`]
+    /// fails.
+    pub fn enable_metrics_push(mut self, on: bool) -> Self {
+        self.enable_metrics_push = on;
+        self
     }
 
     /// The settings as built so far (the `from_properties` tests read them).
@@ -283,6 +299,10 @@ impl ShareReaderBuilder {
             p.group = Some(Arc::from(config.group_id.as_str()));
             p.hook = config.on_traceparent.clone();
         }
-        Ok(ShareReader::start(self.transport, config))
+        Ok(ShareReader::start(
+            self.transport,
+            config,
+            self.enable_metrics_push,
+        ))
     }
 }

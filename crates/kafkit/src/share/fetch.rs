@@ -54,6 +54,8 @@ pub(crate) struct Answer {
     acks: Vec<(Tip, Outgoing)>,
     result: Result<Resp>,
     at: Instant,
+    /// The request's round trip (KIP-714's latencies).
+    took: Duration,
 }
 
 enum Resp {
@@ -390,6 +392,8 @@ impl Fetcher {
                 return;
             }
         };
+        let fetch = matches!(resp, Resp::Fetch(_));
+        shared.stats.kip714.answered(node, a.took, fetch);
         match resp {
             Resp::Fetch(r) => self.fetched(shared, node, r, a.acks, a.at),
             Resp::Acknowledge(r) => self.acknowledged(shared, node, r, a.acks),
@@ -1028,6 +1032,7 @@ fn spawn_fetch(
     acks: Vec<(Tip, Outgoing)>,
 ) -> AbortHandle {
     tokio::spawn(async move {
+        let started = Instant::now();
         let result = async {
             let v = version::<ShareFetchRequest>(&conn)?;
             conn.request_at(&req, v, wait).await.map(Resp::Fetch)
@@ -1038,6 +1043,7 @@ fn spawn_fetch(
             acks,
             result,
             at: Instant::now(),
+            took: started.elapsed(),
         });
     })
     .abort_handle()
@@ -1052,6 +1058,7 @@ fn spawn_ack(
     acks: Vec<(Tip, Outgoing)>,
 ) -> AbortHandle {
     tokio::spawn(async move {
+        let started = Instant::now();
         let result = async {
             let v = version::<ShareAcknowledgeRequest>(&conn)?;
             conn.request_at(&req, v, Duration::ZERO)
@@ -1064,6 +1071,7 @@ fn spawn_ack(
             acks,
             result,
             at: Instant::now(),
+            took: started.elapsed(),
         });
     })
     .abort_handle()

@@ -60,6 +60,8 @@ pub(crate) struct Counters {
     pub(crate) acknowledgements_failed: AtomicU64,
     pub(crate) rounds: AtomicU64,
     pub(crate) max_in_flight: AtomicU64,
+    /// The KIP-714 windows (`share/telemetry.rs` reports them).
+    pub(crate) kip714: crate::telemetry::window::ShareWindows,
 }
 
 impl Counters {

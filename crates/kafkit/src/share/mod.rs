@@ -6,6 +6,7 @@ mod config;
 mod fetch;
 mod member;
 mod session;
+mod telemetry;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -169,6 +170,8 @@ pub struct ShareReader {
     member: Option<JoinHandle<()>>,
     fetcher: Fetcher,
     closed: bool,
+    /// Its KIP-714 engine (`share/telemetry.rs`); dropped with the reader.
+    push: crate::telemetry::ClientPush,
 }
 
 impl std::fmt::Debug for ShareReader {
@@ -223,6 +226,9 @@ fn acknowledge(shared: &Shared, record: &ShareRecord, how: AcknowledgeType) -> R
     } else {
         Err("another reader handed it out")
     };
+    if r.is_ok() {
+        shared.stats.kip714.acknowledged(how.wire(), 1);
+    }
     r.map_err(|why| {
         ShareError::NotAcknowledgeable {
             group_id: group_id(),
@@ -242,15 +248,22 @@ impl ShareReader {
         ShareReaderBuilder::new(transport, group_id)
     }
 
-    pub(crate) fn start(transport: Transport, config: Config) -> ShareReader {
+    pub(crate) fn start(transport: Transport, config: Config, push: bool) -> ShareReader {
         let member_id = crate::group::random_member_id();
         let shared = Arc::new(Shared::new(transport, config, member_id));
         let member = tokio::spawn(member::run(shared.clone()));
+        let push = crate::telemetry::ClientPush::start(
+            push,
+            &shared.transport,
+            telemetry::source(&shared),
+            Vec::new(),
+        );
         ShareReader {
             shared,
             member: Some(member),
             fetcher: Fetcher::new(),
             closed: false,
+            push,
         }
     }
 
@@ -447,9 +460,14 @@ impl ShareReader {
         let mut acks = self.shared.acks();
         match self.shared.config.acknowledgement_mode {
             AcknowledgementMode::Implicit => {
-                acks.values_mut().for_each(|p| {
-                    p.accept_delivered();
-                });
+                let n: usize = acks
+                    .values_mut()
+                    .map(acks::PartAcks::accept_delivered)
+                    .sum();
+                self.shared
+                    .stats
+                    .kip714
+                    .acknowledged(AcknowledgeType::Accept.wire(), n as u64);
             }
             AcknowledgementMode::Explicit => {
                 let count: usize = acks.values().map(acks::PartAcks::unacknowledged).sum();
@@ -536,9 +554,16 @@ impl ShareReader {
     pub async fn commit(&mut self, timeout: Duration) -> Result<Vec<AcknowledgementCommit>> {
         self.check()?;
         if self.shared.config.acknowledgement_mode == AcknowledgementMode::Implicit {
-            self.shared.acks().values_mut().for_each(|p| {
-                p.accept_delivered();
-            });
+            let n: usize = self
+                .shared
+                .acks()
+                .values_mut()
+                .map(acks::PartAcks::accept_delivered)
+                .sum();
+            self.shared
+                .stats
+                .kip714
+                .acknowledged(AcknowledgeType::Accept.wire(), n as u64);
         }
         let span = crate::ops::otel::settle_span(&self.shared.config.group_id);
         let started = crate::ops::meter::start();
@@ -624,6 +649,10 @@ impl ShareReader {
         if let Some(m) = self.member.take() {
             let _ = tokio::time::timeout_at(deadline, m).await;
         }
+        // KIP-714's terminating push, in what is left of the timeout.
+        self.push
+            .close(deadline.saturating_duration_since(Instant::now()))
+            .await;
         Ok(())
     }
 

@@ -15,6 +15,9 @@ type Series = (String, Vec<(String, String)>);
 pub(crate) struct Collector {
     /// The resource attributes (KIP-714's client labels: `client_rack`, `transactional_id`...).
     resource: Vec<(String, String)>,
+    /// The attributes the sources gave at the last push ([`super::MetricSource::resource`]),
+    /// after the fixed ones.
+    dynamic: Vec<(String, String)>,
     /// When the collector started (the start of every cumulative sum), in ns since the epoch.
     start_ns: u64,
     /// When the last push was taken (the start of the next delta), in ns since the epoch.
@@ -40,6 +43,7 @@ impl Collector {
     pub fn new(resource: Vec<(String, String)>, now_ns: u64) -> Collector {
         Collector {
             resource,
+            dynamic: Vec::new(),
             start_ns: now_ns,
             last_push_ns: now_ns,
             last: HashMap::new(),
@@ -77,6 +81,11 @@ impl Collector {
         }
     }
 
+    /// Sets the sources' resource attributes of the next payloads.
+    pub fn set_dynamic(&mut self, labels: Vec<(String, String)>) {
+        self.dynamic = labels;
+    }
+
     /// The broker took `p`: the next deltas start from it.
     pub fn accepted(&mut self, p: Payload) {
         self.last_push_ns = p.taken_ns;
@@ -97,7 +106,10 @@ impl Collector {
         MetricsData {
             resource_metrics: vec![otlp::ResourceMetrics {
                 resource: Some(otlp::Resource {
-                    attributes: attributes(&self.resource),
+                    attributes: attributes(&self.resource)
+                        .into_iter()
+                        .chain(attributes(&self.dynamic))
+                        .collect(),
                 }),
                 scope_metrics: vec![otlp::ScopeMetrics {
                     scope: Some(otlp::InstrumentationScope {

@@ -34,10 +34,15 @@
 //! # drop(run);
 //! ```
 
+mod client;
 mod collect;
 pub mod otlp;
 mod subscription;
 mod task;
+pub(crate) mod window;
+
+pub use crate::error::telemetry::TelemetryError;
+pub(crate) use client::ClientPush;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -127,6 +132,13 @@ impl Metric {
 pub trait MetricSource: Send + Sync + 'static {
     /// Appends the metrics as they are now.
     fn collect(&self, out: &mut Vec<Metric>);
+
+    /// Appends resource attributes that may change while the client runs (KIP-714's
+    /// `group_member_id`, known once the member joined), asked at each push after the fixed
+    /// ones of [`TelemetryBuilder::resource_label`]. None by default.
+    fn resource(&self, out: &mut Vec<(String, String)>) {
+        let _ = out;
+    }
 }
 
 /// Builds a [`Telemetry`] engine; see [`Telemetry::builder`].
@@ -186,6 +198,7 @@ impl TelemetryBuilder {
             None
         };
         Ok(Telemetry {
+            enabled: self.enabled,
             instance: instance_rx,
             close: close_tx,
             task: Mutex::new(task),
@@ -198,6 +211,7 @@ impl TelemetryBuilder {
 /// sends it.
 #[derive(Debug)]
 pub struct Telemetry {
+    enabled: bool,
     instance: watch::Receiver<Option<Uuid>>,
     close: watch::Sender<Option<Duration>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -220,22 +234,26 @@ impl Telemetry {
     /// Cancel safe: dropping the future loses nothing.
     ///
     /// # Errors
-    /// [`Error::Timeout`] when no subscription came within `timeout`; [`Error::InvalidArgument`]
-    /// when metrics push is off or the engine stopped (the broker has no KIP-714 support, or
-    /// refused the client for good) before it had an id.
+    /// [`Error::Telemetry`]: [`TelemetryError::Disabled`] when metrics push is off,
+    /// [`TelemetryError::Timeout`] when no subscription came within `timeout`,
+    /// [`TelemetryError::Unsupported`] when the engine stopped (the broker has no KIP-714
+    /// support, or the engine was closed) before it had an id.
     pub async fn client_instance_id(&self, timeout: Duration) -> Result<Uuid> {
+        if !self.enabled {
+            return Err(TelemetryError::Disabled.into());
+        }
         let mut rx = self.instance.clone();
         let got = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
         match got {
             Ok(Ok(id)) => Ok(id.unwrap_or_default()),
-            Ok(Err(_)) => Err(Error::InvalidArgument(
-                "client metrics are off or the broker does not take them (KIP-714)".into(),
-            )),
-            Err(_) => Err(Error::Timeout {
-                operation: "client_instance_id",
-                timeout,
-            }),
+            Ok(Err(_)) => Err(TelemetryError::Unsupported.into()),
+            Err(_) => Err(TelemetryError::Timeout { timeout }.into()),
         }
+    }
+
+    /// Whether the engine holds a client instance id now (it had a subscription).
+    pub fn has_subscription(&self) -> bool {
+        self.instance.borrow().is_some()
     }
 
     /// Stops the engine: sends the terminating push (KIP-714 `Terminating: true`, so the broker

@@ -152,9 +152,12 @@ impl Engine {
     /// One push: collect, select, encode, compress, send, judge.
     async fn push(&mut self, sub: &Subscription, terminating: bool) -> Pushed {
         let mut metrics: Vec<Metric> = Vec::new();
+        let mut resource = Vec::new();
         for s in &self.sources {
             s.collect(&mut metrics);
+            s.resource(&mut resource);
         }
+        self.collector.set_dynamic(resource);
         let payload = self.collector.payload(metrics, sub, now_ns());
         let (compression, bytes) = compressed(sub.compression(), &payload.bytes);
         let req = PushTelemetryRequest::default()

@@ -27,6 +27,7 @@
 //! | `on_completion` | none | | (Java `Callback`, librdkafka `dr_msg_cb`) | Called once per record with its outcome. |
 //! | `traceparent_from` | none | `Fn() -> Option<TraceParent>` | (Java OTel instrumentation's propagation) | Fills the W3C `traceparent` header of each record that has none when the writer takes it. |
 //! | `transactional_id` | none | a non-empty string | `transactional.id` | Makes the writer transactional (KIP-98; idempotence on, `acks` all). |
+//! | `enable_metrics_push` | true | bool | `enable.metrics.push` / `enable.metrics.push` | Pushes the writer's metrics to the cluster (KIP-714). |
 //! | `transaction_timeout` | 1 min | `Duration`, 1 ms..=2^31-1 ms | `transaction.timeout.ms` | Longest a transaction may stay open before the coordinator aborts it. |
 
 use std::fmt;
@@ -156,6 +157,7 @@ pub struct WriterBuilder {
     traceparent_from: Option<crate::ops::otel::TraceParentSource>,
     transactional_id: Option<String>,
     transaction_timeout: Duration,
+    enable_metrics_push: bool,
 }
 
 impl fmt::Debug for WriterBuilder {
@@ -195,7 +197,21 @@ impl WriterBuilder {
             traceparent_from: None,
             transactional_id: None,
             transaction_timeout: DEFAULT_TRANSACTION_TIMEOUT,
+            enable_metrics_push: true,
         }
+    }
+
+    /// Whether the writer pushes its metrics to the cluster (KIP-714; Java's
+    /// `enable.metrics.push`, default true). On, the writer runs a
+    /// [`Telemetry`](crate::telemetry::Telemetry) engine fed by [`Writer::metric_source`]: it
+    /// asks for a subscription (GetTelemetrySubscriptions) in the background, pushes what the
+    /// operator subscribed to at the interval the broker gives, and a last time on
+    /// [`Writer::close`]. A cluster without KIP-714 (or without a subscription for this
+    /// client) costs one request. Off, nothing is sent and [`Writer::client_instance_id`]
+    /// fails.
+    pub fn enable_metrics_push(mut self, on: bool) -> Self {
+        self.enable_metrics_push = on;
+        self
     }
 
     /// Acknowledgements the leader waits for (Java `acks`): [`Acks::All`] (default),
@@ -433,7 +449,11 @@ impl WriterBuilder {
     /// not a legal topic name.
     pub fn build(self) -> Result<Writer, WriterConfigError> {
         let config = self.validate()?;
-        Ok(Writer::start(self.transport, config))
+        Ok(Writer::start_with_push(
+            self.transport,
+            config,
+            self.enable_metrics_push,
+        ))
     }
 
     /// The transport the writer will send through.

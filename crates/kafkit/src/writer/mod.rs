@@ -144,7 +144,7 @@ use crate::transport::Transport;
 #[derive(Clone, Debug)]
 pub struct Writer {
     inner: Arc<Inner>,
-    _guard: Arc<DropGuard>,
+    guard: Arc<DropGuard>,
 }
 
 /// `record` with a `traceparent` header from the writer's `traceparent_from` when it has one
@@ -168,13 +168,17 @@ fn with_traceparent<'a>(
     }
 }
 
-/// Closes the writer gently when the last [`Writer`] clone goes away.
+/// Closes the writer gently when the last [`Writer`] clone goes away; its KIP-714 engine stops
+/// with it (dropped: no terminating push).
 #[derive(Debug)]
-struct DropGuard(Arc<Inner>);
+struct DropGuard {
+    inner: Arc<Inner>,
+    push: crate::telemetry::ClientPush,
+}
 
 impl Drop for DropGuard {
     fn drop(&mut self) {
-        self.0.begin_close();
+        self.inner.begin_close();
     }
 }
 
@@ -191,9 +195,24 @@ impl Writer {
     }
 
     pub(crate) fn start(transport: Transport, config: Config) -> Writer {
+        Writer::start_with_push(transport, config, false)
+    }
+
+    /// [`Writer::start`], with its KIP-714 engine when `push` (fed by
+    /// [`Writer::metric_source`], labelled with the transactional id).
+    pub(crate) fn start_with_push(transport: Transport, config: Config, push: bool) -> Writer {
         let inner = Inner::new(transport, config, &TASKS);
+        let push = crate::telemetry::ClientPush::start(
+            push,
+            &inner.transport,
+            telemetry::source(&inner),
+            Vec::new(),
+        );
         Writer {
-            _guard: Arc::new(DropGuard(inner.clone())),
+            guard: Arc::new(DropGuard {
+                inner: inner.clone(),
+                push,
+            }),
             inner,
         }
     }
@@ -499,6 +518,9 @@ impl Writer {
         // they need to run.
         let grace = tokio::time::Instant::now() + Duration::from_millis(500);
         let _ = tokio::time::timeout_at(grace, batch::settle_all(in_flight)).await;
+        // KIP-714's terminating push, with the final counts, in what is left of the timeout.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.guard.push.close(left).await;
         if in_time {
             Ok(())
         } else {

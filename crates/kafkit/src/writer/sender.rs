@@ -347,6 +347,10 @@ async fn run_request(
     let total = build_request(config, &mut lists);
     if !lists.sent.is_empty() {
         inner.stats.request(broker, &lists.sizes);
+        inner
+            .stats
+            .kip714
+            .sent(lists.sent.iter().map(|(_, b, _)| b.created));
         let span = tracing::debug_span!(
             "produce",
             broker,
@@ -384,6 +388,9 @@ async fn run_request(
                 .err()
                 .map(|e| otel::error_type(e.error.error_code()))
         });
+        if let Ok(true) = result {
+            inner.stats.kip714.throttled(answer.throttle_time_ms);
+        }
         let answered = result.as_ref().map(|&answered| answered.then_some(&answer));
         judge(&inner, broker, answered, &mut lists);
         end_send_spans(otel_spans, &lists.verdicts);
@@ -454,6 +461,7 @@ async fn send(
     let started = Instant::now();
     let conn = connect(inner, broker, deadline.min(started + wait), started).await?;
     let version = produce_version(&conn, max, config.compression.compression())?;
+    let sent_at = Instant::now();
     let io = async {
         if config.acks == Acks::None {
             conn.send_no_answer(req, version, wait)
@@ -471,7 +479,16 @@ async fn send(
     };
     let request_deadline = deadline.min(Instant::now() + wait);
     match tokio::time::timeout_at(request_deadline.into(), io).await {
-        Ok(Ok(r)) => Ok(r),
+        Ok(Ok(r)) => {
+            if r {
+                inner
+                    .stats
+                    .kip714
+                    .node_latency
+                    .record(broker, sent_at.elapsed());
+            }
+            Ok(r)
+        }
         Ok(Err(e)) => {
             inner.transport.note_failure(broker, &e);
             Err(SendError::of_request(e))

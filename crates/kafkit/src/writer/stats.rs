@@ -56,6 +56,8 @@ pub(crate) struct Stats {
     batch_records_sum: AtomicU64,
     requests: Mutex<BTreeMap<i32, u64>>,
     latency: Box<[AtomicU64]>,
+    /// The KIP-714 windows (`writer/telemetry.rs` reports them).
+    pub(crate) kip714: crate::telemetry::window::ProducerWindows,
 }
 
 impl Default for Stats {
@@ -72,6 +74,7 @@ impl Default for Stats {
             batch_records_sum: AtomicU64::new(0),
             requests: Mutex::new(BTreeMap::new()),
             latency: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            kip714: crate::telemetry::window::ProducerWindows::default(),
         }
     }
 }

@@ -1,0 +1,93 @@
+//! The Reader's share of the consumer's KIP-714 client metrics: the fetch windows it records
+//! into (per Fetch answer), and the metrics every consumer source reports from them
+//! ([`consumer_fetch_metrics`]: the plain Reader's and the group member's).
+//!
+//! | metric | kind | labels | what kafkit records |
+//! | --- | --- | --- | --- |
+//! | `org.apache.kafka.consumer.connection.creation.total` | counter | | connections the transport set up (TCP, TLS, SASL done) |
+//! | `org.apache.kafka.consumer.connection.creation.rate` | gauge | | the same per second over the interval |
+//! | `org.apache.kafka.consumer.node.request.latency.avg`, `.max` | gauge | `node_id` | Fetch request to answer, per broker, ms |
+//! | `org.apache.kafka.consumer.fetch.manager.fetch.latency.avg`, `.max` | gauge | | Fetch request to answer, all brokers, ms |
+//! | `org.apache.kafka.consumer.fetch.manager.records.consumed.total` | counter | | records handed to the application |
+//! | `kafkit.consumer.fetch.bytes.total` | counter | | record data received in Fetch answers (as sent) |
+//! | `kafkit.consumer.fetch.records.total` | counter | | records decoded from Fetch answers |
+//! | `kafkit.consumer.fetch.request.total` | counter | `node_id` | Fetch requests sent |
+//! | `kafkit.consumer.fetch.error.total` | counter | | Fetch requests without an answer or with a request-level error |
+//! | `kafkit.consumer.records.lag.max` | gauge | | the largest partition lag now |
+//!
+//! `-avg`/`-max` are over the interval since the last push (Java: its sample windows), 0
+//! when no Fetch was answered in it.
+
+use super::Reader;
+use crate::telemetry::Metric;
+use crate::telemetry::window::Rate;
+
+const C: &str = "org.apache.kafka.consumer.";
+
+fn count(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The consumer metrics `reader` (a plain Reader's or a group member's) reports, named as the
+/// module's table says; `connections` keeps the connection rate's last reading.
+pub(crate) fn consumer_fetch_metrics(reader: &Reader, connections: &Rate, out: &mut Vec<Metric>) {
+    let shared = &reader.shared;
+    let created = shared.transport.dialer().connections_created();
+    out.push(
+        Metric::counter(format!("{C}connection.creation.total"), count(created))
+            .describe("The total number of new connections established."),
+    );
+    out.push(
+        Metric::gauge(
+            format!("{C}connection.creation.rate"),
+            connections.per_second(created),
+        )
+        .describe("The number of new connections established per second."),
+    );
+    let w = &shared.counters.kip714;
+    for (node, avg, max) in w.node_latency.take_ms() {
+        let what = "The request latency to the node, in ms.";
+        out.push(
+            Metric::gauge(format!("{C}node.request.latency.avg"), avg)
+                .label("node_id", node.to_string())
+                .describe(what),
+        );
+        out.push(
+            Metric::gauge(format!("{C}node.request.latency.max"), max)
+                .label("node_id", node.to_string())
+                .describe(what),
+        );
+    }
+    let (avg, max) = w.latency.take_ms();
+    let what = "The time taken for a fetch request, in ms.";
+    out.push(Metric::gauge(format!("{C}fetch.manager.fetch.latency.avg"), avg).describe(what));
+    out.push(Metric::gauge(format!("{C}fetch.manager.fetch.latency.max"), max).describe(what));
+    let s = reader.stats();
+    out.push(
+        Metric::counter(
+            format!("{C}fetch.manager.records.consumed.total"),
+            count(s.records_delivered),
+        )
+        .describe("The total number of records consumed."),
+    );
+    out.push(Metric::counter(
+        "kafkit.consumer.fetch.bytes.total",
+        count(s.fetch_bytes),
+    ));
+    out.push(Metric::counter(
+        "kafkit.consumer.fetch.records.total",
+        count(s.records_fetched),
+    ));
+    for (node, n) in &s.fetch_requests {
+        out.push(
+            Metric::counter("kafkit.consumer.fetch.request.total", count(*n))
+                .label("node_id", node.to_string()),
+        );
+    }
+    out.push(Metric::counter(
+        "kafkit.consumer.fetch.error.total",
+        count(s.fetch_errors),
+    ));
+    let lag = s.partitions.iter().filter_map(|p| p.lag).max().unwrap_or(0);
+    out.push(Metric::gauge("kafkit.consumer.records.lag.max", lag as f64));
+}

@@ -88,6 +88,7 @@ mod share_java_kafka;
 mod share_kafka;
 mod share_review_kafka;
 mod soak;
+mod telemetry_clients_mock;
 mod telemetry_kafka;
 mod telemetry_mock;
 mod tls_shared;

@@ -33,7 +33,7 @@ impl MetricSource for Source {
 
 /// Sets the mock's push interval and requested metric prefixes.
 #[allow(unsafe_code)]
-fn subscribe_mock(mock: &RelayedMock, interval_ms: i64, prefixes: &[&str]) {
+pub(super) fn subscribe_mock(mock: &RelayedMock, interval_ms: i64, prefixes: &[&str]) {
     use rdkafka::bindings as rd;
     use rdkafka::producer::Producer as _;
     let owned: Vec<std::ffi::CString> = prefixes
@@ -74,7 +74,7 @@ fn push_error(mock: &RelayedMock, code: rdkafka::types::RDKafkaRespErr) {
     }
 }
 
-fn decode<R: kafkit::protocol::Request>(frames: &[(RelayedRequest, Vec<u8>)]) -> Vec<R> {
+pub(super) fn decode<R: kafkit::protocol::Request>(frames: &[(RelayedRequest, Vec<u8>)]) -> Vec<R> {
     frames
         .iter()
         .filter(|(r, _)| r.api_key == R::API_KEY as i16)
@@ -93,7 +93,7 @@ fn decode<R: kafkit::protocol::Request>(frames: &[(RelayedRequest, Vec<u8>)]) ->
 }
 
 /// A push's payload, decompressed and decoded.
-fn payload(p: &PushTelemetryRequest) -> MetricsData {
+pub(super) fn payload(p: &PushTelemetryRequest) -> MetricsData {
     let compression = Compression::from_id(u8::try_from(p.compression_type).expect("an id"))
         .expect("a known codec");
     let raw = if compression == Compression::None {

@@ -856,7 +856,10 @@ impl GroupReader {
         let span = crate::ops::otel::poll_span(Some(&self.shared.config.group_id));
         let max = self.shared.reader_settings.0;
         let out = std::future::poll_fn(|cx| self.poll_batch(cx, max)).await;
-        crate::reader::poll_ended(&span, Some(&self.shared.config.group_id), out)
+        let out = crate::reader::poll_ended(&span, Some(&self.shared.config.group_id), out)?;
+        self.reader
+            .note_delivered(out.iter().map(|p| p.records.len()).sum());
+        Ok(out)
     }
 
     fn poll_batch(
@@ -1340,6 +1343,7 @@ impl futures_core::Stream for GroupReader {
                     if let Some(s) = lock(&this.shared.streamed).as_mut() {
                         s.at = Position::new(r.offset + 1, r.leader_epoch);
                     }
+                    this.reader.note_delivered(1);
                     return Poll::Ready(Some(Ok(r)));
                 }
                 // Every record yielded (the Reader's position covers them), or stale.

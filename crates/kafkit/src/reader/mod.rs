@@ -376,6 +376,12 @@ impl Reader {
         self.shared.poll_take(cx, max_records)
     }
 
+    /// `n` records taken with [`Reader::poll_batch`] were handed to the application (the group
+    /// consumer's count of [`ReaderStats::records_delivered`]).
+    pub(crate) fn note_delivered(&self, n: usize) {
+        Counters::add(&self.shared.counters.delivered, n as u64);
+    }
+
     /// The settings the group consumer reads: `max_poll_records`, `auto_offset_reset`,
     /// `isolation_level`, `client_rack`.
     pub(crate) fn settings(&self) -> (usize, AutoOffsetReset, IsolationLevel, Option<&str>) {

@@ -335,7 +335,73 @@ async fn member_pushes(protocol: GroupProtocol) {
     );
 }
 
-/// With `enable_metrics_push(false)` a Writer and a group member send no GetTelemetrySubscriptions
+/// A Reader without a group pushes too (as Java's consumer does), labelled with its rack;
+/// `close_within` ends with the terminating push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_without_a_group_pushes_and_close_within_terminates() {
+    let mock = RelayedMock::start(1).await;
+    subscribe_mock(&mock, 200, &[C]);
+    capture_telemetry(&mock);
+    let topic = unique_topic("telemetry-reader");
+    create_topic(&mock, &topic);
+    let t = transport(&mock);
+    let writer = Writer::builder(t.clone())
+        .enable_metrics_push(false)
+        .build()
+        .expect("writer");
+    for i in 0..4 {
+        writer
+            .produce(ProducerRecord::new(&topic, format!("v{i}")))
+            .await
+            .expect("written");
+    }
+    let reader = kafkit::Reader::builder(t)
+        .client_rack("rack-1")
+        .build()
+        .expect("reader");
+    reader
+        .assign([(topic.as_str(), 0, kafkit::StartOffset::Earliest)])
+        .expect("assign");
+    let mut seen = 0;
+    while seen < 4 {
+        let parts = tokio::time::timeout(GUARD, reader.next_batch())
+            .await
+            .expect("in time")
+            .expect("a batch");
+        seen += parts.iter().map(|p| p.records.len()).sum::<usize>();
+    }
+    let id = reader.client_instance_id(GUARD).await.expect("an id");
+    let mut frames = Vec::new();
+    pushes_until(&mock, &mut frames, |p| {
+        max_of(p, &format!("{C}fetch.manager.fetch.latency.max")).is_some_and(|v| v > 0.0)
+    })
+    .await;
+    reader.close_within(Duration::from_secs(5)).await;
+    let pushes = pushes_until(&mock, &mut frames, |p| p.iter().any(|p| p.terminating)).await;
+    assert!(pushes.iter().all(|p| p.instance == id));
+    assert!(pushes.iter().all(|p| {
+        p.resource.get("client_rack").map(String::as_str) == Some("rack-1")
+            && !p.resource.contains_key("group_id")
+    }));
+    let consumed: f64 = pushes
+        .iter()
+        .flat_map(|p| {
+            p.points
+                .get(&format!("{C}fetch.manager.records.consumed.total"))
+        })
+        .flatten()
+        .map(|(_, v)| *v)
+        .sum();
+    assert_eq!(consumed, 4.0);
+    assert!(pushes.last().expect("pushes").terminating);
+    assert!(
+        reader.next_batch().await.is_err(),
+        "close_within closed the Reader"
+    );
+}
+
+/// With `enable_metrics_push(false)` a Writer, a group member and a Reader send no
+/// GetTelemetrySubscriptions
 /// (nor PushTelemetry) at all, and `client_instance_id` says push is off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_off_sends_no_telemetry_request() {
@@ -366,9 +432,22 @@ async fn push_off_sends_no_telemetry_request() {
         .expect("a record")
         .expect("no error");
     assert_eq!(record.value.as_deref(), Some(&b"v"[..]));
+    let reader = kafkit::Reader::builder(t.clone())
+        .enable_metrics_push(false)
+        .build()
+        .expect("reader");
+    reader
+        .assign([(topic.as_str(), 0, kafkit::StartOffset::Earliest)])
+        .expect("assign");
+    let batch = tokio::time::timeout(GUARD, reader.next_batch())
+        .await
+        .expect("in time")
+        .expect("a batch");
+    assert_eq!(batch.iter().map(|p| p.records.len()).sum::<usize>(), 1);
     for got in [
         writer.client_instance_id(Duration::from_secs(1)).await,
         member.client_instance_id(Duration::from_secs(1)).await,
+        reader.client_instance_id(Duration::from_secs(1)).await,
     ] {
         assert!(
             matches!(got, Err(kafkit::Error::Telemetry(TelemetryError::Disabled))),
@@ -377,7 +456,8 @@ async fn push_off_sends_no_telemetry_request() {
     }
     writer.close(Duration::from_secs(5)).await.expect("closed");
     member.close().await;
-    // Both clients ran for longer than the mock's push interval (100 ms): an engine would have
+    reader.close_within(Duration::from_secs(5)).await;
+    // The clients ran for longer than the mock's push interval (100 ms): an engine would have
     // asked for its subscription by now.
     let frames = mock.relays[0].take_captured();
     assert!(frames.is_empty(), "{} telemetry requests", frames.len());

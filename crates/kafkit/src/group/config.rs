@@ -586,12 +586,14 @@ impl GroupReaderBuilder {
         if let Some(reset) = self.auto_offset_reset {
             reader = reader.auto_offset_reset(reset);
         }
+        // The member's engine reports the Reader's metrics: the Reader has none of its own.
         let reader = reader
             .member_process_spans(
                 &self.config.group_id,
                 self.process_spans,
                 self.on_traceparent,
             )
+            .enable_metrics_push(false)
             .build()?;
         GroupReader::start(
             self.transport,

@@ -281,6 +281,7 @@ impl ReaderBuilder {
                 }
                 "retry.backoff.max.ms" => b.retry_backoff_max(millis_value(name, v)?),
                 "check.crcs" => b.check_crcs(boolean(name, v)?),
+                "enable.metrics.push" => b.enable_metrics_push(boolean(name, v)?),
                 _ => b,
             };
         }
@@ -439,8 +440,8 @@ mod tests {
         pairs.iter().copied().collect()
     }
 
-    /// `enable.metrics.push=false` turns off the KIP-714 engine of the writer, the group member
-    /// and the share member (their `client_instance_id` says so at once); left out, each has
+    /// `enable.metrics.push=false` turns off the KIP-714 engine of the writer, the Reader, the
+    /// group member and the share member (their `client_instance_id` says so at once); left out, each has
     /// one (which, with no broker, has no id yet).
     #[tokio::test]
     async fn enable_metrics_push_turns_each_clients_engine_off() {
@@ -464,6 +465,10 @@ mod tests {
                 .topics(["t"])
                 .build()
                 .unwrap();
+            let r = ReaderBuilder::from_properties(t.clone(), &p)
+                .unwrap()
+                .build()
+                .unwrap();
             let expected = if push == "false" {
                 TelemetryError::Disabled
             } else {
@@ -475,6 +480,7 @@ mod tests {
                 w.client_instance_id(Duration::ZERO).await,
                 g.client_instance_id(Duration::ZERO).await,
                 s.client_instance_id(Duration::ZERO).await,
+                r.client_instance_id(Duration::ZERO).await,
             ] {
                 match got {
                     Err(crate::Error::Telemetry(e)) => assert_eq!(e, expected, "push={push}"),

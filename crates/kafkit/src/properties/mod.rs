@@ -91,7 +91,7 @@
 //! | `partition.assignment.strategy` | G | comma-separated `range`, `roundrobin`, `cooperative-sticky` (or the Java class names) | [`GroupReaderBuilder::partition_assignment_strategy`] |
 //! | `share.acknowledgement.mode` | S | `implicit`, `explicit` | [`ShareReaderBuilder::acknowledgement_mode`] (KIP-932) |
 //! | `share.acquire.mode` | S | `batch_optimized`, `record_limit` | [`ShareReaderBuilder::acquire_mode`] (KIP-1206) |
-//! | `enable.metrics.push` | W, G, S | `true`, `false` | [`WriterBuilder::enable_metrics_push`], [`GroupReaderBuilder::enable_metrics_push`], [`ShareReaderBuilder::enable_metrics_push`] (KIP-714) |
+//! | `enable.metrics.push` | W, R, G, S | `true`, `false` | [`WriterBuilder::enable_metrics_push`], [`ReaderBuilder::enable_metrics_push`], [`GroupReaderBuilder::enable_metrics_push`], [`ShareReaderBuilder::enable_metrics_push`] (KIP-714) |
 //!
 //! AWS_MSK_IAM signs with the credentials of `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
 //! `AWS_SESSION_TOKEN` (read at each authentication) for the region of `AWS_REGION` (or
@@ -345,7 +345,7 @@ pub const PROPERTIES: &[PropertyInfo] = &[
         .with_default("(the larger of 16777216 and batch.size)", "bytes"),
     p("allow.auto.create.topics", &[], &[W], BOOL).with_default("true", ""),
     p("enable.idempotence", &[], &[W], BOOL).with_default("true", ""),
-    p("enable.metrics.push", &[], &[W, G, S], BOOL).with_default("true", ""),
+    p("enable.metrics.push", &[], &[W, R, G, S], BOOL).with_default("true", ""),
     p("fetch.min.bytes", &[], &[R, S], K::Count).with_default("1", "bytes"),
     p(
         "fetch.max.wait.ms",

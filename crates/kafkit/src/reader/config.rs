@@ -15,6 +15,7 @@
 //! | `isolation_level` | read uncommitted | | `isolation.level` | `ReadCommitted`: read up to the last stable offset, drop aborted transactions (KIP-98). |
 //! | `auto_offset_reset` | latest | earliest, latest, none | `auto.offset.reset` | Where to go when a position is out of range (or a log was truncated and no diverging offset is known); `None` reports a typed error; for a group member's partition without a committed offset, `ReaderError::NoOffsetForPartition`. |
 //! | `client_rack` | none | | `client.rack` | The consumer's rack: brokers may name a closer replica to read from (KIP-392, Fetch v11+). |
+//! | `enable_metrics_push` | true | bool | `enable.metrics.push` | Pushes the Reader's metrics to the cluster (KIP-714); a group member's Reader never does (its member decides). |
 //! | `fetch_sessions` | true | | (Java always; librdkafka none) | Incremental fetch sessions (KIP-227, Fetch v7+), used when the broker hands out a session id. |
 //! | `retry_backoff` | 100 ms | `Duration`, 0..=1 h | `retry.backoff.ms` / `fetch.error.backoff.ms` | First wait before a partition or a broker is fetched again after an error; doubles per failure (KIP-580). |
 //! | `retry_backoff_max` | 1 s | `Duration`, >= `retry_backoff`, <= 1 h | `retry.backoff.max.ms` | Longest such wait. |
@@ -193,6 +194,7 @@ impl Config {
 pub struct ReaderBuilder {
     transport: Transport,
     config: Config,
+    enable_metrics_push: bool,
 }
 
 impl ReaderBuilder {
@@ -200,7 +202,22 @@ impl ReaderBuilder {
         ReaderBuilder {
             transport,
             config: Config::default(),
+            enable_metrics_push: true,
         }
+    }
+
+    /// Whether the Reader pushes its metrics to the cluster (KIP-714; Java's
+    /// `enable.metrics.push`, default true; Java's consumer pushes without a group too). On,
+    /// the Reader runs a [`Telemetry`](crate::telemetry::Telemetry) engine fed by
+    /// [`Reader::metric_source`]: it asks for a subscription (GetTelemetrySubscriptions) in
+    /// the background, pushes what the operator subscribed to at the interval the broker
+    /// gives, and a last time on [`Reader::close_within`]. Off, nothing is sent and
+    /// [`Reader::client_instance_id`] fails. A group member's Reader never pushes: the
+    /// [`GroupReaderBuilder::enable_metrics_push`](crate::GroupReaderBuilder::enable_metrics_push)
+    /// of its member decides, and the member's engine reports the Reader's metrics.
+    pub fn enable_metrics_push(mut self, on: bool) -> Self {
+        self.enable_metrics_push = on;
+        self
     }
 
     /// Least data, in bytes, a broker gathers before answering a Fetch (Java `fetch.min.bytes`).
@@ -355,7 +372,11 @@ impl ReaderBuilder {
     /// [`Error::Config`] naming a setting outside its range.
     pub fn build(self) -> Result<Reader> {
         self.config.validate()?;
-        Ok(Reader::new(self.transport, self.config))
+        Ok(Reader::with_push(
+            self.transport,
+            self.config,
+            self.enable_metrics_push,
+        ))
     }
 }
 

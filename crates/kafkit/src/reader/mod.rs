@@ -38,6 +38,7 @@ mod work;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -98,6 +99,9 @@ pub struct Reader {
     current: Option<ConsumerRecords>,
     /// The `Stream`'s poll span while it refills `current` (`ops/otel.rs`).
     refill: crate::ops::otel::RefillSpan,
+    /// Its KIP-714 engine (`reader/telemetry.rs`); dropped with the Reader. A group member's
+    /// Reader has none (the member's engine reports it).
+    push: crate::telemetry::ClientPush,
 }
 
 impl std::fmt::Debug for Reader {
@@ -129,7 +133,21 @@ impl Reader {
             shared: Arc::new(Shared::new(transport, config, &TASKS)),
             current: None,
             refill: crate::ops::otel::RefillSpan::default(),
+            push: crate::telemetry::ClientPush::Off,
         }
+    }
+
+    /// [`Reader::new`], with its KIP-714 engine when `push` (fed by
+    /// [`Reader::metric_source`], labelled with the client rack).
+    pub(crate) fn with_push(transport: Transport, config: Config, push: bool) -> Reader {
+        let mut reader = Reader::new(transport, config);
+        reader.push = crate::telemetry::ClientPush::start(
+            push,
+            &reader.shared.transport,
+            telemetry::source(&reader.shared),
+            Vec::new(),
+        );
+        reader
     }
 
     /// Adds partitions to the assignment, each starting at its [`StartOffset`]; a partition
@@ -397,40 +415,7 @@ impl Reader {
     /// Counters since the Reader was built (Fetch requests per broker, bytes, records) and
     /// each partition's position, lag and buffered bytes now.
     pub fn stats(&self) -> ReaderStats {
-        let mut s = self.shared.counters.snapshot();
-        let rc = self.shared.config.isolation_level == IsolationLevel::ReadCommitted;
-        let now = Instant::now();
-        let st = self.shared.lock();
-        s.buffered_bytes = st.queued_bytes as u64;
-        s.records_discarded += st.purged;
-        s.partitions = st
-            .cursors()
-            .map(|(t, p, c)| PartitionStats {
-                topic: t.to_string(),
-                partition: p,
-                position: c.position.map(|p| p.offset),
-                fetch_offset: c.fetch.offset,
-                high_watermark: c.high_watermark,
-                last_stable_offset: c.last_stable_offset,
-                lag: c.lag(rc),
-                buffered_bytes: c.queued_bytes as u64,
-                node: c.fetch_node(now),
-                paused: c.paused,
-                fetch_state: match c.state {
-                    CursorState::Failed => FetchState::Failed,
-                    _ if c.leader.is_none() => FetchState::AwaitingLeader,
-                    CursorState::Reset(_) => FetchState::Resetting,
-                    CursorState::Validate => FetchState::Validating,
-                    CursorState::Fetching => FetchState::Fetching,
-                },
-                in_flight: c.in_flight.is_some(),
-                failures: c.failures,
-            })
-            .collect();
-        drop(st);
-        s.partitions
-            .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        s
+        stats_of(&self.shared)
     }
 
     /// Stops the Reader: its tasks end, its fetch connections close, buffered records are
@@ -439,6 +424,56 @@ impl Reader {
     pub fn close(&self) {
         self.shared.close();
     }
+
+    /// [`Reader::close`], after KIP-714's terminating push (when metrics push is on and a
+    /// subscription asks for metrics) within `timeout`: Java's `close(Duration)`. Without a
+    /// subscription it returns at once.
+    ///
+    /// # Cancel safety
+    /// Dropped part way, the Reader is not closed yet (it is when dropped); the engine ends on
+    /// its own within `timeout`.
+    pub async fn close_within(&self, timeout: Duration) {
+        self.push.close(timeout).await;
+        self.shared.close();
+    }
+}
+
+/// [`Reader::stats`] of the Reader whose state is `shared` (its metric source holds only that).
+fn stats_of(shared: &Shared) -> ReaderStats {
+    let mut s = shared.counters.snapshot();
+    let rc = shared.config.isolation_level == IsolationLevel::ReadCommitted;
+    let now = Instant::now();
+    let st = shared.lock();
+    s.buffered_bytes = st.queued_bytes as u64;
+    s.records_discarded += st.purged;
+    s.partitions = st
+        .cursors()
+        .map(|(t, p, c)| PartitionStats {
+            topic: t.to_string(),
+            partition: p,
+            position: c.position.map(|p| p.offset),
+            fetch_offset: c.fetch.offset,
+            high_watermark: c.high_watermark,
+            last_stable_offset: c.last_stable_offset,
+            lag: c.lag(rc),
+            buffered_bytes: c.queued_bytes as u64,
+            node: c.fetch_node(now),
+            paused: c.paused,
+            fetch_state: match c.state {
+                CursorState::Failed => FetchState::Failed,
+                _ if c.leader.is_none() => FetchState::AwaitingLeader,
+                CursorState::Reset(_) => FetchState::Resetting,
+                CursorState::Validate => FetchState::Validating,
+                CursorState::Fetching => FetchState::Fetching,
+            },
+            in_flight: c.in_flight.is_some(),
+            failures: c.failures,
+        })
+        .collect();
+    drop(st);
+    s.partitions
+        .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    s
 }
 
 impl Drop for Reader {

@@ -18,9 +18,16 @@
 //! `-avg`/`-max` are over the interval since the last push (Java: its sample windows), 0
 //! when no Fetch was answered in it.
 
-use super::Reader;
-use crate::telemetry::Metric;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use kafkit_protocol::Uuid;
+
+use super::shared::Shared;
+use super::{Reader, ReaderStats};
+use crate::error::Result;
 use crate::telemetry::window::Rate;
+use crate::telemetry::{Metric, MetricSource};
 
 const C: &str = "org.apache.kafka.consumer.";
 
@@ -31,7 +38,10 @@ fn count(v: u64) -> i64 {
 /// The consumer metrics `reader` (a plain Reader's or a group member's) reports, named as the
 /// module's table says; `connections` keeps the connection rate's last reading.
 pub(crate) fn consumer_fetch_metrics(reader: &Reader, connections: &Rate, out: &mut Vec<Metric>) {
-    let shared = &reader.shared;
+    fetch_metrics(&reader.shared, reader.stats(), connections, out);
+}
+
+fn fetch_metrics(shared: &Shared, s: ReaderStats, connections: &Rate, out: &mut Vec<Metric>) {
     let created = shared.transport.dialer().connections_created();
     out.push(
         Metric::counter(format!("{C}connection.creation.total"), count(created))
@@ -62,7 +72,6 @@ pub(crate) fn consumer_fetch_metrics(reader: &Reader, connections: &Rate, out: &
     let what = "The time taken for a fetch request, in ms.";
     out.push(Metric::gauge(format!("{C}fetch.manager.fetch.latency.avg"), avg).describe(what));
     out.push(Metric::gauge(format!("{C}fetch.manager.fetch.latency.max"), max).describe(what));
-    let s = reader.stats();
     out.push(
         Metric::counter(
             format!("{C}fetch.manager.records.consumed.total"),
@@ -90,4 +99,64 @@ pub(crate) fn consumer_fetch_metrics(reader: &Reader, connections: &Rate, out: &
     ));
     let lag = s.partitions.iter().filter_map(|p| p.lag).max().unwrap_or(0);
     out.push(Metric::gauge("kafkit.consumer.records.lag.max", lag as f64));
+}
+
+/// A [`MetricSource`] over a plain Reader that does not keep it open.
+struct ReaderMetrics {
+    shared: Weak<Shared>,
+    connections: Rate,
+}
+
+impl MetricSource for ReaderMetrics {
+    fn collect(&self, out: &mut Vec<Metric>) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        fetch_metrics(&shared, super::stats_of(&shared), &self.connections, out);
+    }
+
+    fn resource(&self, out: &mut Vec<(String, String)>) {
+        if let Some(shared) = self.shared.upgrade()
+            && let Some(rack) = &shared.config.client_rack
+        {
+            out.push(("client_rack".to_owned(), rack.clone()));
+        }
+    }
+}
+
+/// The source of a plain Reader's metrics (also what its own engine pushes).
+pub(super) fn source(shared: &Arc<Shared>) -> Arc<dyn MetricSource> {
+    Arc::new(ReaderMetrics {
+        shared: Arc::downgrade(shared),
+        connections: Rate::default(),
+    })
+}
+
+impl Reader {
+    /// This Reader's metrics as a source for a KIP-714 [`crate::telemetry::Telemetry`] engine,
+    /// named as docs/observability.md ("KIP-714 client metrics") says, with the resource
+    /// attribute `client_rack` when set. The source does not keep the Reader open. The
+    /// `-avg`/`-max` windows restart at each collect: give the source to one engine only (the
+    /// Reader's own, when `enable_metrics_push` is on, is one).
+    pub fn metric_source(&self) -> Arc<dyn MetricSource> {
+        source(&self.shared)
+    }
+
+    /// The id the cluster gave this Reader for its metrics (KIP-714; Java's
+    /// `Consumer.clientInstanceId(Duration)`), waiting up to `timeout` for the first
+    /// GetTelemetrySubscriptions answer.
+    ///
+    /// # Errors
+    /// [`crate::Error::Telemetry`]: [`TelemetryError::Disabled`](crate::telemetry::TelemetryError::Disabled)
+    /// when built with `enable_metrics_push(false)` (Java: `IllegalStateException`), or for a
+    /// group member's Reader (ask the [`crate::GroupReader`]),
+    /// [`TelemetryError::Timeout`](crate::telemetry::TelemetryError::Timeout) when no answer
+    /// came within `timeout`, [`TelemetryError::Unsupported`](crate::telemetry::TelemetryError::Unsupported)
+    /// when the cluster takes no client metrics.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn client_instance_id(&self, timeout: Duration) -> Result<Uuid> {
+        self.push.client_instance_id(timeout).await
+    }
 }

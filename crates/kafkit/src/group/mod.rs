@@ -1083,6 +1083,10 @@ impl GroupReader {
     /// [`GroupReaderBuilder::close_timeout`] (30 s by default, as Java's `close()`): past it
     /// the member stops without waiting further for the commit, the callback or the leave.
     ///
+    /// With metrics push on ([`GroupReaderBuilder::enable_metrics_push`]) and a subscription
+    /// that asks for metrics, the last KIP-714 push (`Terminating`) goes out in what is left
+    /// of the close timeout.
+    ///
     /// Only `close` commits (auto-commit) and runs the callback: dropping the member leaves
     /// without either, and waits for the leave only on a multi-threaded runtime (at most 5 s;
     /// see [`GroupReader`]'s `Drop`).

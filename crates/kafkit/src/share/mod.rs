@@ -624,6 +624,8 @@ impl ShareReader {
     /// `close` does: call [`ShareReader::commit`] first to accept them), sends what is pending with a ShareAcknowledge closing each
     /// share session (epoch -1: the broker releases what the member still holds), then leaves
     /// with a ShareGroupHeartbeat at epoch -1; all within `timeout` (Java `close(Duration)`).
+    /// With metrics push on and a subscription that asks for metrics, the last KIP-714 push
+    /// (`Terminating`) goes out in what is left of `timeout`.
     ///
     /// # Errors
     ///

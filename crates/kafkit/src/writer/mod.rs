@@ -497,7 +497,9 @@ impl Writer {
     /// `timeout` has passed (Java `KafkaProducer.close(Duration)`). Records still pending then
     /// fail with [`ProduceError::Closed`], and this returns `Err(ProduceError::Closed)`; `Ok`
     /// means every record handed to the writer had its outcome (written or failed) before the
-    /// deadline. Later `send`s fail with [`ProduceError::Closed`].
+    /// deadline. Later `send`s fail with [`ProduceError::Closed`]. With metrics push on
+    /// ([`WriterBuilder::enable_metrics_push`]) and a subscription that asks for metrics, the
+    /// last KIP-714 push (`Terminating`) goes out in what is left of `timeout`.
     ///
     /// # Errors
     ///

@@ -146,3 +146,40 @@ impl GroupReader {
         self.push.client_instance_id(timeout).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{GroupReader, Reader, Transport};
+
+    /// Before it joined, a member's source names its group, instance id and rack, not yet a
+    /// member id (KIP-714's `group_member_id` comes once the coordinator gave one).
+    #[tokio::test]
+    async fn the_resource_names_the_group_before_the_member_id_is_known() {
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        let m = GroupReader::builder(t.clone(), "g")
+            .subscribe(["t"])
+            .group_instance_id("i-1")
+            .reader(Reader::builder(t).client_rack("r-1"))
+            .enable_metrics_push(false)
+            .build()
+            .unwrap();
+        let mut resource = Vec::new();
+        m.metric_source().resource(&mut resource);
+        let want: Vec<(String, String)> = [
+            ("client_rack", "r-1"),
+            ("group_id", "g"),
+            ("group_instance_id", "i-1"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        assert_eq!(resource, want);
+        let mut metrics = Vec::new();
+        m.metric_source().collect(&mut metrics);
+        assert!(
+            metrics
+                .iter()
+                .any(|x| x.name == "org.apache.kafka.consumer.coordinator.assigned.partitions")
+        );
+    }
+}

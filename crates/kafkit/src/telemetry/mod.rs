@@ -10,6 +10,11 @@
 //! can list `(name, kind, value, labels)` now, such as [`crate::Writer::metric_source`], which
 //! maps the writer's counters to Java's names (docs/observability.md, "KIP-714 client metrics").
 //!
+//! Every client runs an engine of its own over its own source unless built with
+//! `enable_metrics_push(false)` (Java's `enable.metrics.push`, default true): the Writer, the
+//! Reader, the GroupReader and the ShareReader, each with `client_instance_id(timeout)` and the
+//! terminating push in its close. An engine built here is for an application's own sources.
+//!
 //! ```
 //! use kafkit::telemetry::{Metric, MetricSource, Telemetry};
 //! use std::sync::Arc;
@@ -249,11 +254,6 @@ impl Telemetry {
             Ok(Err(_)) => Err(TelemetryError::Unsupported.into()),
             Err(_) => Err(TelemetryError::Timeout { timeout }.into()),
         }
-    }
-
-    /// Whether the engine holds a client instance id now (it had a subscription).
-    pub fn has_subscription(&self) -> bool {
-        self.instance.borrow().is_some()
     }
 
     /// Stops the engine: sends the terminating push (KIP-714 `Terminating: true`, so the broker

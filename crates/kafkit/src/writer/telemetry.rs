@@ -207,3 +207,40 @@ fn kafkit_metrics(s: &super::WriterStats, out: &mut Vec<Metric>) {
         s.buffered_bytes as f64,
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Transport, Writer};
+
+    /// A transactional writer's source names its transactional id as a resource attribute and
+    /// reports Java's standard producer names before any request (windows empty: 0).
+    #[tokio::test]
+    async fn the_source_names_the_transactional_id_and_the_standard_metrics() {
+        let t = Transport::builder(["127.0.0.1:1"]).build().unwrap();
+        let w = Writer::builder(t)
+            .transactional_id("tx-1")
+            .enable_metrics_push(false)
+            .build()
+            .unwrap();
+        let source = w.metric_source();
+        let mut resource = Vec::new();
+        source.resource(&mut resource);
+        assert_eq!(resource, [("transactional_id".into(), "tx-1".into())]);
+        let mut metrics = Vec::new();
+        source.collect(&mut metrics);
+        let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+        for n in [
+            "org.apache.kafka.producer.connection.creation.total",
+            "org.apache.kafka.producer.connection.creation.rate",
+            "org.apache.kafka.producer.produce.throttle.time.avg",
+            "org.apache.kafka.producer.record.queue.time.max",
+            "org.apache.kafka.producer.record.error.total",
+        ] {
+            assert!(names.contains(&n), "{n}: {names:?}");
+        }
+        drop(w);
+        let mut after = Vec::new();
+        source.collect(&mut after);
+        assert!(after.is_empty(), "the source does not keep the writer");
+    }
+}

@@ -38,6 +38,8 @@ use crate::telemetry::{Metric, MetricSource};
 struct GroupMetrics {
     shared: Weak<Shared>,
     connections: Rate,
+    /// The resource attributes of the last push (`resource`).
+    last_resource: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 const C: &str = "org.apache.kafka.consumer.";
@@ -94,20 +96,34 @@ impl MetricSource for GroupMetrics {
     }
 
     fn resource(&self, out: &mut Vec<(String, String)>) {
-        let Some(shared) = self.shared.upgrade() else {
-            return;
-        };
-        if let Some(rack) = &shared.reader_settings.3 {
-            out.push(("client_rack".to_owned(), rack.clone()));
+        // The last labels the member had: once it closed (its state dropped, a classic
+        // member's id cleared) the terminating push still names the member it was.
+        let mut last = self
+            .last_resource
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(shared) = self.shared.upgrade() {
+            let mut now = Vec::with_capacity(4);
+            if let Some(rack) = &shared.reader_settings.3 {
+                now.push(("client_rack".to_owned(), rack.clone()));
+            }
+            now.push(("group_id".to_owned(), shared.config.group_id.clone()));
+            if let Some(id) = &shared.config.group_instance_id {
+                now.push(("group_instance_id".to_owned(), id.clone()));
+            }
+            let member = lock(&shared.view).member_id.clone();
+            let known = last
+                .iter()
+                .find(|(k, _)| k == "group_member_id")
+                .map(|(_, v)| v.clone());
+            match (member.is_empty(), known) {
+                (false, _) => now.push(("group_member_id".to_owned(), member)),
+                (true, Some(before)) => now.push(("group_member_id".to_owned(), before)),
+                (true, None) => {}
+            }
+            *last = now;
         }
-        out.push(("group_id".to_owned(), shared.config.group_id.clone()));
-        if let Some(id) = &shared.config.group_instance_id {
-            out.push(("group_instance_id".to_owned(), id.clone()));
-        }
-        let member = lock(&shared.view).member_id.clone();
-        if !member.is_empty() {
-            out.push(("group_member_id".to_owned(), member));
-        }
+        out.extend(last.iter().cloned());
     }
 }
 
@@ -116,6 +132,7 @@ pub(super) fn source(shared: &Arc<Shared>) -> Arc<dyn MetricSource> {
     Arc::new(GroupMetrics {
         shared: Arc::downgrade(shared),
         connections: Rate::default(),
+        last_resource: std::sync::Mutex::default(),
     })
 }
 

@@ -2,17 +2,21 @@
 //! own engine ([`ShareReaderBuilder::enable_metrics_push`](super::ShareReaderBuilder::enable_metrics_push),
 //! [`ShareReader::client_instance_id`]).
 //!
-//! Java's `KafkaShareConsumer` registers its metrics in the groups `consumer-share-metrics`
+//! Java's `KafkaShareConsumer` registers its own metrics in the groups `consumer-share-metrics`
 //! and `consumer-share-fetch-manager-metrics`, which its telemetry names
 //! `org.apache.kafka.consumer.share.` and `org.apache.kafka.consumer.share.fetch.manager.`
-//! (the group without `consumer-` and `-metrics`, dashes as dots). kafkit reports, with
-//! `-avg`/`-max` over the interval since the last push (0 when nothing was recorded in it):
+//! (the group without `consumer-` and `-metrics`, dashes as dots). Its network client's
+//! (connections, per-node request latency) are the plain consumer's groups `consumer-metrics`
+//! and `consumer-node-metrics`, named `org.apache.kafka.consumer.` as `KafkaConsumer`'s are
+//! (what Kafka 4.4's share consumer pushes; `telemetry_kafka` checks every name against it).
+//! kafkit reports, with `-avg`/`-max` over the interval since the last push (0 when nothing
+//! was recorded in it):
 //!
 //! | metric | kind | labels | what kafkit records |
 //! | --- | --- | --- | --- |
-//! | `org.apache.kafka.consumer.share.connection.creation.total` | counter | | connections the transport set up |
-//! | `org.apache.kafka.consumer.share.connection.creation.rate` | gauge | | the same per second over the interval |
-//! | `org.apache.kafka.consumer.share.node.request.latency.avg`, `.max` | gauge | `node_id` | ShareFetch and ShareAcknowledge request to answer, ms |
+//! | `org.apache.kafka.consumer.connection.creation.total` | counter | | connections the transport set up |
+//! | `org.apache.kafka.consumer.connection.creation.rate` | gauge | | the same per second over the interval |
+//! | `org.apache.kafka.consumer.node.request.latency.avg`, `.max` | gauge | `node_id` | ShareFetch and ShareAcknowledge request to answer, ms |
 //! | `org.apache.kafka.consumer.share.fetch.manager.fetch.latency.avg`, `.max` | gauge | | ShareFetch request to answer, ms |
 //! | `org.apache.kafka.consumer.share.fetch.manager.records.consumed.total` | counter | | records handed to the application |
 //! | `org.apache.kafka.consumer.share.fetch.manager.acknowledgements.send.total` | counter | | acknowledgements the brokers took |
@@ -46,6 +50,10 @@ struct ShareMetrics {
 
 const S: &str = "org.apache.kafka.consumer.share.";
 
+/// The network client's metrics: Java's share consumer registers them in the plain
+/// consumer's groups (`consumer-metrics`, `consumer-node-metrics`), not under `share.`.
+const C: &str = "org.apache.kafka.consumer.";
+
 fn count(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -57,12 +65,12 @@ impl MetricSource for ShareMetrics {
         };
         let created = shared.transport.dialer().connections_created();
         out.push(
-            Metric::counter(format!("{S}connection.creation.total"), count(created))
+            Metric::counter(format!("{C}connection.creation.total"), count(created))
                 .describe("The total number of new connections established."),
         );
         out.push(
             Metric::gauge(
-                format!("{S}connection.creation.rate"),
+                format!("{C}connection.creation.rate"),
                 self.connections.per_second(created),
             )
             .describe("The number of new connections established per second."),
@@ -71,12 +79,12 @@ impl MetricSource for ShareMetrics {
         for (node, avg, max) in w.node_latency.take_ms() {
             let what = "The request latency to the node, in ms.";
             out.push(
-                Metric::gauge(format!("{S}node.request.latency.avg"), avg)
+                Metric::gauge(format!("{C}node.request.latency.avg"), avg)
                     .label("node_id", node.to_string())
                     .describe(what),
             );
             out.push(
-                Metric::gauge(format!("{S}node.request.latency.max"), max)
+                Metric::gauge(format!("{C}node.request.latency.max"), max)
                     .label("node_id", node.to_string())
                     .describe(what),
             );

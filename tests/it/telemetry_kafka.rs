@@ -10,13 +10,22 @@
 //! client-metrics` does) whose `match` names only its own client ids, so clients of other tests
 //! never push, and reads the lines of its client ids only.
 //!
-//! - a Writer's metrics, through a [`Telemetry`] engine over `writer.metric_source()`, arrive for
-//!   exactly our instance id, with only the selected names, deltas (Kafka always asks for delta
-//!   temporality) that add up to what was written, our resource label, and one terminating push;
+//! - a Writer's metrics, through a [`Telemetry`] engine over `writer.metric_source()` (the
+//!   Writer's own engine off), arrive for exactly our instance id, with only the selected
+//!   names, deltas (Kafka always asks for delta temporality) that add up to what was written,
+//!   our resource label, and one terminating push;
 //! - a subscription whose prefixes select none of our metrics gets pushes without metrics;
-//! - an engine with push disabled sends nothing while an enabled one beside it pushes;
-//! - Java's producer and consumer (the Java peer) push under the same subscription; the names
-//!   they push are printed, and every `org.apache.kafka.` name kafkit pushes is one of them.
+//! - push off (a Writer's `enable_metrics_push(false)`, an engine's) sends nothing and gives
+//!   `TelemetryError::Disabled`, while a default Writer beside it pushes;
+//! - the clients' own engines (on by default): a transactional Writer, a KIP-848 and a classic
+//!   group member, and a ShareReader (librdkafka's mock has no share groups) push under their
+//!   `client_instance_id()` with their resource attributes, the subscribed standard names,
+//!   counters adding up to what they wrote, read or acknowledged, and one terminating push,
+//!   the last, after `close`;
+//! - Java's producer, consumer and share consumer (the Java peer) push under the same
+//!   subscription; the names they push are printed, and every `org.apache.kafka.` name
+//!   kafkit's Writer, GroupReader and ShareReader push is one the Java client of its kind
+//!   pushes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -77,7 +77,7 @@ fn push_error(mock: &RelayedMock, code: rdkafka::types::RDKafkaRespErr) {
 pub(super) fn decode<R: kafkit::protocol::Request>(frames: &[(RelayedRequest, Vec<u8>)]) -> Vec<R> {
     frames
         .iter()
-        .filter(|(r, _)| r.api_key == R::API_KEY as i16)
+        .filter(|(r, frame)| r.api_key == R::API_KEY as i16 && !from_librdkafka(frame))
         .map(|(_, frame)| {
             let mut buf = bytes::Bytes::from(frame.clone());
             buf.advance(4);
@@ -90,6 +90,22 @@ pub(super) fn decode<R: kafkit::protocol::Request>(frames: &[(RelayedRequest, Ve
             R::decode(&mut buf, version).expect("a request of ours")
         })
         .collect()
+}
+
+/// Whether a captured request frame comes from a librdkafka client (its header's client id
+/// `rdkafka`): the handle hosting librdkafka's mock cluster is one, it learns the relays'
+/// addresses from the mock's metadata and pushes its own KIP-714 metrics through them (under
+/// the same instance id the mock hands out), which are not the ones a test looks at.
+pub(super) fn from_librdkafka(frame: &[u8]) -> bool {
+    // size (4), api key (2), version (2), correlation id (4), client id (i16 length + bytes).
+    let Some(len) = frame.get(12..14) else {
+        return false;
+    };
+    let n = i16::from_be_bytes([len[0], len[1]]);
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| frame.get(14..14 + n))
+        .is_some_and(|id| id.starts_with(b"rdkafka"))
 }
 
 /// A push's payload, decompressed and decoded.

@@ -68,6 +68,7 @@ mod group_stats_mock;
 mod group_transport_mock;
 mod group_upgrade_mock;
 mod java_peer_kafka;
+mod metrics_kafka;
 mod metrics_mock;
 mod on_kafka;
 mod on_tansu;

@@ -22,7 +22,7 @@ const NODES: [i32; 3] = [1, 2, 3];
 
 /// The sum of the samples of `metric` whose label set has every `label="value"` of `labels`
 /// (the exporter writes dots as underscores), and how many lines matched.
-fn sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> (f64, usize) {
+pub(crate) fn sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> (f64, usize) {
     let mut total = 0.0;
     let mut lines = 0;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -45,7 +45,7 @@ fn sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> (f64, usize) {
 }
 
 /// The value of one series (the sum of the matching lines, asserting there is one).
-fn one(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn one(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
     let (v, lines) = sum(text, metric, labels);
     assert_eq!(lines, 1, "one {metric} series for {labels:?}:\n{text}");
     v

@@ -507,6 +507,12 @@ impl ShareReader {
         }
         drop(acks);
         member::Counters::add(&self.shared.stats.records_delivered, n as u64);
+        // `messaging.client.consumed.messages` (cargo feature `metrics`): one recording per run
+        // of records of one topic.
+        crate::ops::meter::consumed_messages(
+            out.iter().map(|r| (&r.record.topic, 1)),
+            Some(&self.shared.config.group_id),
+        );
         if let Some(p) = &self.shared.config.process {
             for r in &mut out {
                 let c = &r.record;

@@ -9,11 +9,14 @@
 //! kprom, `kafkit.*`.
 //!
 //! Without the feature every function here is an empty `#[inline(always)]` body and every
-//! handle ([`ProcessMeter`], the connection's and partition's caches) an empty struct: the
-//! clients' calls compile to nothing and kafkit does not depend on `metrics`. With it, a call
-//! either builds a metric key (a label vector: one allocation) and asks the installed recorder,
-//! once per request, poll, or run of one topic's batches in a request, or uses a handle cached
-//! per connection or partition (no lookup at all); never per record.
+//! handle ([`ProcessMeter`], the Writer's, the connection's and partition's caches) an empty
+//! struct: the clients' calls compile to nothing and kafkit does not depend on `metrics`. With
+//! it, the Writer's path allocates nothing per request (Issue 17's steady state holds): the
+//! operation duration of a success has static labels (a key built without allocating), and
+//! the Writer's handles (per topic and node, its Produce duration, its buffered gauges) are
+//! made at first need (`ProduceMeter`, `Buffered`). Elsewhere a call either builds a metric key (a label vector: one
+//! allocation) and asks the installed recorder, once per poll, commit or failure, or uses a
+//! handle cached per connection or partition (no lookup at all); never per record.
 //!
 //! This floor holds the vocabulary because the writer, the reader, the group member and the
 //! connections all record and none of them may import another.
@@ -216,7 +219,9 @@ pub enum Kind {
 /// A timed messaging operation of `messaging.client.operation.duration`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Op {
-    /// A Produce request.
+    /// A Produce request (recorded by the Writer's [`ProduceMeter::request_ended`], which names
+    /// it only with the feature on).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     Send,
     /// A Fetch request.
     Poll,
@@ -277,7 +282,8 @@ pub(crate) fn start() -> Started {
 }
 
 /// Records one operation's duration since `started`, with `error.type` when it failed
-/// (`error` is asked only with the feature on).
+/// (`error` is asked only with the feature on). A success's labels are all static
+/// ([`succeeded`]): its key is built without allocating; a failure builds one (rare).
 #[inline(always)]
 #[allow(unused_variables)]
 pub(crate) fn operation_duration(
@@ -288,17 +294,33 @@ pub(crate) fn operation_duration(
     #[cfg(feature = "metrics")]
     {
         let secs = started.elapsed().as_secs_f64();
-        let (name, kind) = op.labels();
         match error() {
-            None => metrics::histogram!(OPERATION_DURATION,
-                "messaging.system" => SYSTEM, "messaging.operation.name" => name,
-                "messaging.operation.type" => kind)
-            .record(secs),
-            Some(e) => metrics::histogram!(OPERATION_DURATION,
-                "messaging.system" => SYSTEM, "messaging.operation.name" => name,
-                "messaging.operation.type" => kind, "error.type" => e)
-            .record(secs),
+            None => succeeded(op).record(secs),
+            Some(e) => {
+                let (name, kind) = op.labels();
+                metrics::histogram!(OPERATION_DURATION,
+                    "messaging.system" => SYSTEM, "messaging.operation.name" => name,
+                    "messaging.operation.type" => kind, "error.type" => e)
+                .record(secs);
+            }
         }
+    }
+}
+
+/// `op`'s duration histogram without `error.type`: every label a literal (those of
+/// [`Op::labels`]), so that `metrics`' macro makes a static key (no label vector) and the
+/// recorder is asked on each call, as a recorder installed late expects.
+#[cfg(feature = "metrics")]
+fn succeeded(op: Op) -> metrics::Histogram {
+    match op {
+        Op::Send => metrics::histogram!(OPERATION_DURATION, "messaging.system" => "kafka",
+            "messaging.operation.name" => "send", "messaging.operation.type" => "send"),
+        Op::Poll => metrics::histogram!(OPERATION_DURATION, "messaging.system" => "kafka",
+            "messaging.operation.name" => "poll", "messaging.operation.type" => "receive"),
+        Op::Commit => metrics::histogram!(OPERATION_DURATION, "messaging.system" => "kafka",
+            "messaging.operation.name" => "commit", "messaging.operation.type" => "settle"),
+        Op::Acknowledge => metrics::histogram!(OPERATION_DURATION, "messaging.system" => "kafka",
+            "messaging.operation.name" => "acknowledge", "messaging.operation.type" => "settle"),
     }
 }
 
@@ -342,17 +364,33 @@ pub(crate) fn acknowledged<'a>(
 }
 
 /// Sums `messaging.client.sent.messages` over a run of ended batches of the same topic and
-/// outcome (`writer/inner.rs`, `count_ended`): recorded when the topic or outcome changes and
-/// when dropped, so a request's batches of one topic record once, not once per batch.
-#[derive(Default)]
+/// outcome (`writer/inner.rs`, `count_ended`): recorded through the Writer's
+/// [`ProduceMeter`] when the topic or outcome changes and when dropped, so a request's batches
+/// of one topic record once, not once per batch.
 pub(crate) struct SentTally<'a> {
+    #[cfg(feature = "metrics")]
+    meter: &'a ProduceMeter,
     #[cfg(feature = "metrics")]
     run: Option<(&'a std::sync::Arc<str>, Option<&'static str>, u64)>,
     #[cfg(not(feature = "metrics"))]
-    _topics: std::marker::PhantomData<&'a str>,
+    _meter: std::marker::PhantomData<&'a ProduceMeter>,
 }
 
 impl<'a> SentTally<'a> {
+    /// A tally recording through `meter`.
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn new(meter: &'a ProduceMeter) -> SentTally<'a> {
+        SentTally {
+            #[cfg(feature = "metrics")]
+            meter,
+            #[cfg(feature = "metrics")]
+            run: None,
+            #[cfg(not(feature = "metrics"))]
+            _meter: std::marker::PhantomData,
+        }
+    }
+
     /// One batch of `count` messages of `topic` ended, failed with `error` (asked only with
     /// the feature on).
     #[inline(always)]
@@ -370,7 +408,7 @@ impl<'a> SentTally<'a> {
                 Some((t, e, n)) if *e == error && same_topic(t, topic) => *n += count,
                 run => {
                     if let Some((t, e, n)) = run.replace((topic, error, count)) {
-                        sent_messages(t, n, || e);
+                        self.meter.sent_messages(t, n, e);
                     }
                 }
             }
@@ -383,30 +421,21 @@ impl Drop for SentTally<'_> {
     fn drop(&mut self) {
         #[cfg(feature = "metrics")]
         if let Some((t, e, n)) = self.run.take() {
-            sent_messages(t, n, || e);
+            self.meter.sent_messages(t, n, e);
         }
     }
 }
 
-/// Counts `count` messages of one batch of `topic` as sent, with `error.type` when the batch
-/// failed (`error` is asked only with the feature on).
+/// Counts `count` messages of one batch of `topic` as failed with `error.type` `error` (a
+/// key built per call: failures are rare; the successes' counter is cached by
+/// [`ProduceMeter`]).
 #[cfg(feature = "metrics")]
-fn sent_messages(
-    topic: &std::sync::Arc<str>,
-    count: u64,
-    error: impl FnOnce() -> Option<&'static str>,
-) {
+fn sent_failed(topic: &std::sync::Arc<str>, count: u64, error: &'static str) {
     let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
-    match error() {
-        None => metrics::counter!(SENT_MESSAGES,
-            "messaging.system" => SYSTEM, "messaging.operation.name" => "send",
-            "messaging.destination.name" => topic)
-        .increment(count),
-        Some(e) => metrics::counter!(SENT_MESSAGES,
-            "messaging.system" => SYSTEM, "messaging.operation.name" => "send",
-            "messaging.destination.name" => topic, "error.type" => e)
-        .increment(count),
-    }
+    metrics::counter!(SENT_MESSAGES,
+        "messaging.system" => SYSTEM, "messaging.operation.name" => "send",
+        "messaging.destination.name" => topic, "error.type" => error)
+    .increment(count);
 }
 
 /// Counts the messages a poll handed out (of `group`'s member, when one): `(topic, count)` per
@@ -460,33 +489,6 @@ fn consumed_of(topic: &std::sync::Arc<str>, count: u64, group: Option<&str>) {
                 "messaging.destination.name" => topic,
                 "messaging.consumer.group.name" => g.to_owned())
             .increment(count),
-        }
-    }
-}
-
-/// Counts a Produce request's batches to `node`: `(topic, records)` per batch.
-#[inline(always)]
-#[allow(unused_variables)]
-pub(crate) fn produce_batches<'a>(
-    node: i32,
-    batches: impl Iterator<Item = (&'a std::sync::Arc<str>, u64)>,
-) {
-    #[cfg(feature = "metrics")]
-    {
-        let node = node_label(node);
-        // One recording per run of batches of the same topic: (records, batches) summed.
-        let mut batches = batches.peekable();
-        while let Some((topic, mut records)) = batches.next() {
-            let mut count = 1;
-            while let Some((_, n)) = batches.next_if(|(t, _)| same_topic(t, topic)) {
-                records += n;
-                count += 1;
-            }
-            let topic = metrics::SharedString::from(std::sync::Arc::clone(topic));
-            metrics::counter!(PRODUCE_RECORDS, "node_id" => node.clone(), "topic" => topic.clone())
-                .increment(records);
-            metrics::counter!(PRODUCE_BATCHES, "node_id" => node.clone(), "topic" => topic)
-                .increment(count);
         }
     }
 }
@@ -661,12 +663,217 @@ impl PartitionHandles {
     }
 }
 
+/// A Writer's handles (`writer/inner.rs`), made at first sight and kept for the Writer's life:
+/// per topic, `messaging.client.sent.messages` without `error.type` and, per node under it,
+/// `kafkit.produce.records.total` and `kafkit.produce.batches.total`; per node,
+/// `kafkit.request.throttled.seconds`. A request finds them under one lock by the topic's name
+/// (hashing the `str`, no key built, no allocation once seen), which keeps Issue 17's steady
+/// state (a Produce request allocates nothing) with the feature on. As with [`ConnMeter`],
+/// handles made before the application installs its recorder go nowhere for the Writer's life.
+#[derive(Default)]
+pub(crate) struct ProduceMeter {
+    #[cfg(feature = "metrics")]
+    handles: std::sync::Mutex<ProduceHandles>,
+    /// The Produce requests' duration without `error.type` (a recorder such as Prometheus'
+    /// allocates a handle each time it is asked: asked once).
+    #[cfg(feature = "metrics")]
+    send_ok: std::sync::OnceLock<metrics::Histogram>,
+}
+
+#[cfg(feature = "metrics")]
+#[derive(Default)]
+struct ProduceHandles {
+    topics: std::collections::HashMap<std::sync::Arc<str>, TopicHandles>,
+    nodes: Vec<NodeHandles>,
+}
+
+/// A topic's handles: its label, its sent messages (made at the first success) and its
+/// produce records and batches per node (a short list: a topic's leaders).
+#[cfg(feature = "metrics")]
+struct TopicHandles {
+    label: metrics::SharedString,
+    sent_ok: Option<metrics::Counter>,
+    produced: Vec<(i32, metrics::Counter, metrics::Counter)>,
+}
+
+/// A node's label and its throttle histogram (made at the first throttled answer).
+#[cfg(feature = "metrics")]
+struct NodeHandles {
+    node: i32,
+    label: metrics::SharedString,
+    throttled: Option<metrics::Histogram>,
+}
+
+impl std::fmt::Debug for ProduceMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProduceMeter")
+    }
+}
+
+impl ProduceMeter {
+    /// Records a Produce request's duration since `started` ([`operation_duration`] of
+    /// [`Op::Send`], the success's histogram kept).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn request_ended(
+        &self,
+        started: Started,
+        error: impl FnOnce() -> Option<&'static str>,
+    ) {
+        #[cfg(feature = "metrics")]
+        match error() {
+            None => self
+                .send_ok
+                .get_or_init(|| succeeded(Op::Send))
+                .record(started.elapsed().as_secs_f64()),
+            Some(e) => operation_duration(Op::Send, started, || Some(e)),
+        }
+    }
+
+    /// Counts a Produce request's batches to `node`: `(topic, records)` per batch, one
+    /// increment per run of batches of the same topic.
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn produce_batches<'a>(
+        &self,
+        node: i32,
+        batches: impl Iterator<Item = (&'a std::sync::Arc<str>, u64)>,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            let Ok(mut h) = self.handles.lock() else {
+                return;
+            };
+            let mut batches = batches.peekable();
+            while let Some((topic, mut records)) = batches.next() {
+                let mut count = 1;
+                while let Some((_, n)) = batches.next_if(|(t, _)| same_topic(t, topic)) {
+                    records += n;
+                    count += 1;
+                }
+                let (records_counter, batches_counter) = h.produced(node, topic);
+                records_counter.increment(records);
+                batches_counter.increment(count);
+            }
+        }
+    }
+
+    /// Counts `count` messages of `topic` as sent, failed with `error.type` `error` when one.
+    #[cfg(feature = "metrics")]
+    fn sent_messages(&self, topic: &std::sync::Arc<str>, count: u64, error: Option<&'static str>) {
+        if let Some(e) = error {
+            return sent_failed(topic, count, e);
+        }
+        let Ok(mut h) = self.handles.lock() else {
+            return;
+        };
+        let t = h.topic(topic);
+        t.sent_ok
+            .get_or_insert_with(|| {
+                metrics::counter!(SENT_MESSAGES,
+                    "messaging.system" => SYSTEM, "messaging.operation.name" => "send",
+                    "messaging.destination.name" => t.label.clone())
+            })
+            .increment(count);
+    }
+
+    /// Records a Produce response's `throttle_time_ms` from `node` (nothing for 0 or less).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn throttled(&self, node: i32, ms: i32) {
+        #[cfg(feature = "metrics")]
+        if ms > 0 {
+            let Ok(mut h) = self.handles.lock() else {
+                return;
+            };
+            let n = h.node(node);
+            n.throttled
+                .get_or_insert_with(|| metrics::histogram!(THROTTLED, "node_id" => n.label.clone()))
+                .record(f64::from(ms) / 1000.0);
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl ProduceHandles {
+    /// `topic`'s handles, made at its first sight.
+    fn topic(&mut self, topic: &std::sync::Arc<str>) -> &mut TopicHandles {
+        topic_of(&mut self.topics, topic)
+    }
+
+    /// `node`'s label and throttle histogram, made at its first sight.
+    fn node(&mut self, node: i32) -> &mut NodeHandles {
+        node_of(&mut self.nodes, node)
+    }
+
+    /// The produce records and batches counters of `topic` to `node`, made at first sight.
+    fn produced(
+        &mut self,
+        node: i32,
+        topic: &std::sync::Arc<str>,
+    ) -> (&metrics::Counter, &metrics::Counter) {
+        let t = topic_of(&mut self.topics, topic);
+        let i = match t.produced.iter().position(|(n, ..)| *n == node) {
+            Some(i) => i,
+            None => {
+                let node_id = node_of(&mut self.nodes, node).label.clone();
+                let topic = t.label.clone();
+                t.produced.push((
+                    node,
+                    metrics::counter!(PRODUCE_RECORDS, "node_id" => node_id.clone(), "topic" => topic.clone()),
+                    metrics::counter!(PRODUCE_BATCHES, "node_id" => node_id, "topic" => topic),
+                ));
+                t.produced.len() - 1
+            }
+        };
+        let (_, records, batches) = &t.produced[i];
+        (records, batches)
+    }
+}
+
+/// `topic`'s entry of `topics`, made at its first sight. The entry's key is the topic's own
+/// `Arc` (a reference count, no allocation); the map hashes the name.
+#[cfg(feature = "metrics")]
+fn topic_of<'m>(
+    topics: &'m mut std::collections::HashMap<std::sync::Arc<str>, TopicHandles>,
+    topic: &std::sync::Arc<str>,
+) -> &'m mut TopicHandles {
+    topics
+        .entry(std::sync::Arc::clone(topic))
+        .or_insert_with(|| TopicHandles {
+            label: metrics::SharedString::from(std::sync::Arc::clone(topic)),
+            sent_ok: None,
+            produced: Vec::new(),
+        })
+}
+
+/// `node`'s entry of `nodes` (a Writer's brokers: a short list), made at its first sight.
+#[cfg(feature = "metrics")]
+fn node_of(nodes: &mut Vec<NodeHandles>, node: i32) -> &mut NodeHandles {
+    let i = match nodes.iter().position(|n| n.node == node) {
+        Some(i) => i,
+        None => {
+            nodes.push(NodeHandles {
+                node,
+                label: node_label(node),
+                throttled: None,
+            });
+            nodes.len() - 1
+        }
+    };
+    &mut nodes[i]
+}
+
 /// A Writer's share of the buffered gauges (`writer/inner.rs`): the values it last reported,
-/// so that each report adds its change and the gauges sum over every Writer of the process.
+/// so that each report adds its change and the gauges sum over every Writer of the process,
+/// and the gauges' handles, made at the first report (a key without labels still allocates
+/// when a recorder such as Prometheus' retains it: not once per request).
 #[derive(Default)]
 pub(crate) struct Buffered {
     #[cfg(feature = "metrics")]
     last: std::sync::Mutex<(usize, usize)>,
+    #[cfg(feature = "metrics")]
+    gauges: std::sync::OnceLock<(metrics::Gauge, metrics::Gauge)>,
 }
 
 impl std::fmt::Debug for Buffered {
@@ -686,8 +893,14 @@ impl Buffered {
                 return;
             };
             let (r0, b0) = std::mem::replace(&mut *last, (records, bytes));
-            metrics::gauge!(BUFFERED_RECORDS).increment(records as f64 - r0 as f64);
-            metrics::gauge!(BUFFERED_BYTES).increment(bytes as f64 - b0 as f64);
+            let (r, b) = self.gauges.get_or_init(|| {
+                (
+                    metrics::gauge!(BUFFERED_RECORDS),
+                    metrics::gauge!(BUFFERED_BYTES),
+                )
+            });
+            r.increment(records as f64 - r0 as f64);
+            b.increment(bytes as f64 - b0 as f64);
         }
     }
 }
@@ -811,6 +1024,80 @@ mod tests {
         }
     }
 
+    /// `succeeded`'s literal labels are `Op::labels`' (written twice so that the key is
+    /// static): each op's success registers exactly these.
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn a_success_has_its_ops_labels() {
+        use std::sync::Mutex;
+
+        /// Keeps the key of every histogram registered.
+        #[derive(Default)]
+        struct Keys(Mutex<Vec<metrics::Key>>);
+        impl metrics::Recorder for Keys {
+            fn describe_counter(
+                &self,
+                _: metrics::KeyName,
+                _: Option<metrics::Unit>,
+                _: metrics::SharedString,
+            ) {
+            }
+            fn describe_gauge(
+                &self,
+                _: metrics::KeyName,
+                _: Option<metrics::Unit>,
+                _: metrics::SharedString,
+            ) {
+            }
+            fn describe_histogram(
+                &self,
+                _: metrics::KeyName,
+                _: Option<metrics::Unit>,
+                _: metrics::SharedString,
+            ) {
+            }
+            fn register_counter(
+                &self,
+                _: &metrics::Key,
+                _: &metrics::Metadata<'_>,
+            ) -> metrics::Counter {
+                metrics::Counter::noop()
+            }
+            fn register_gauge(
+                &self,
+                _: &metrics::Key,
+                _: &metrics::Metadata<'_>,
+            ) -> metrics::Gauge {
+                metrics::Gauge::noop()
+            }
+            fn register_histogram(
+                &self,
+                key: &metrics::Key,
+                _: &metrics::Metadata<'_>,
+            ) -> metrics::Histogram {
+                self.0.lock().expect("keys").push(key.clone());
+                metrics::Histogram::noop()
+            }
+        }
+        let keys = Keys::default();
+        for op in [Op::Send, Op::Poll, Op::Commit, Op::Acknowledge] {
+            metrics::with_local_recorder(&keys, || operation_duration(op, start(), || None));
+            let key = keys.0.lock().expect("keys").pop().expect("a histogram");
+            let (name, kind) = op.labels();
+            let labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
+            assert_eq!(key.name(), OPERATION_DURATION);
+            assert_eq!(
+                labels,
+                [
+                    ("messaging.system", SYSTEM),
+                    ("messaging.operation.name", name),
+                    ("messaging.operation.type", kind)
+                ],
+                "{op:?}"
+            );
+        }
+    }
+
     #[cfg(feature = "metrics")]
     #[test]
     fn recordings_reach_the_local_recorder() {
@@ -877,18 +1164,23 @@ mod tests {
         let (seen, registered) = (Arc::clone(&sum.0), Arc::clone(&sum.1));
         let topic: Arc<str> = Arc::from("t");
         metrics::with_local_recorder(&sum, || {
-            sent_messages(&topic, 3, || None);
-            sent_messages(&topic, 4, || Some("REQUEST_TIMED_OUT"));
+            let meter = ProduceMeter::default();
+            meter.sent_messages(&topic, 3, None);
+            meter.sent_messages(&topic, 4, Some("REQUEST_TIMED_OUT"));
+            // The success's counter is the Writer's, made once; a failure builds its key.
+            meter.sent_messages(&topic, 5, None);
         });
-        assert_eq!(seen.load(Ordering::Relaxed), 7);
+        assert_eq!(seen.load(Ordering::Relaxed), 12);
         assert_eq!(registered.load(Ordering::Relaxed), 2);
 
         // A tally records once per run of batches of one topic and outcome: t t t (ok),
-        // t (failed), u, t (ok again) are four recordings of 1 + 2 + 3, 4, 5, 6.
+        // t (failed), u, t (ok again) are four recordings of 1 + 2 + 3, 4, 5, 6, with three
+        // registrations (t's and u's successes, t's failure).
         let other: Arc<str> = Arc::from("u");
         let same_name: Arc<str> = Arc::from("t");
         metrics::with_local_recorder(&sum, || {
-            let mut tally = SentTally::default();
+            let meter = ProduceMeter::default();
+            let mut tally = SentTally::new(&meter);
             tally.add(&topic, 1, || None);
             tally.add(&topic, 2, || None);
             tally.add(&same_name, 3, || None);
@@ -896,7 +1188,7 @@ mod tests {
             tally.add(&other, 5, || None);
             tally.add(&topic, 6, || None);
         });
-        assert_eq!(seen.load(Ordering::Relaxed), 7 + 21);
-        assert_eq!(registered.load(Ordering::Relaxed), 2 + 4);
+        assert_eq!(seen.load(Ordering::Relaxed), 12 + 21);
+        assert_eq!(registered.load(Ordering::Relaxed), 2 + 3);
     }
 }

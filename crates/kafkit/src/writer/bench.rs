@@ -15,6 +15,7 @@ use super::sender::plan_request;
 use super::settle::{apply, judge};
 use crate::error::Error;
 use crate::error::produce::ProduceError;
+use crate::ops::meter;
 
 /// What [`encode_path`] did.
 #[doc(hidden)]
@@ -149,6 +150,16 @@ fn encode_round(
             );
             build_request(config, &mut lists);
             inner.stats.request(broker, &lists.sizes);
+            // As the sender records (cargo feature `metrics`): the request's batches, then its
+            // duration once answered.
+            inner.meter.produce_batches(
+                broker,
+                lists
+                    .sent
+                    .iter()
+                    .map(|(_, b, _)| (&b.shared.topic, b.count() as u64)),
+            );
+            let started = meter::start();
             kept.frame.clear();
             // As `Conn` encodes a request: the batches stay out of the frame (vectored writes).
             let splices = std::mem::take(&mut kept.splices);
@@ -167,6 +178,7 @@ fn encode_round(
             kept.splices.clear();
             answer_every_partition(&lists.produce, &mut kept.answer);
             release_request_bytes(&mut lists.produce);
+            inner.meter.request_ended(started, || None);
             judge(inner, broker, Ok(Some(&kept.answer)), &mut lists);
             apply(inner, broker, lists);
         }

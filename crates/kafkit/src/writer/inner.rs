@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) stats: Stats,
     /// This Writer's share of the buffered gauges (cargo feature `metrics`).
     buffered_meter: crate::ops::meter::Buffered,
+    /// This Writer's metric handles per topic and node (cargo feature `metrics`).
+    pub(crate) meter: crate::ops::meter::ProduceMeter,
     pub(crate) router: Notify,
     notifies: Mutex<HashMap<i32, Arc<Notify>>>,
     /// Topic name -> the one metadata lookup every sender waiting for that topic shares.
@@ -351,6 +353,7 @@ impl Inner {
             records,
             stats: Stats::default(),
             buffered_meter: crate::ops::meter::Buffered::default(),
+            meter: crate::ops::meter::ProduceMeter::default(),
             router: Notify::new(),
             notifies: Mutex::new(HashMap::new()),
             lookups: Mutex::new(HashMap::new()),
@@ -1119,7 +1122,7 @@ impl Inner {
     fn count_ended(&self, done: &[(Batch, Outcome)]) -> (usize, usize) {
         let now = Instant::now();
         let (mut records, mut cost) = (0usize, 0usize);
-        let mut sent = crate::ops::meter::SentTally::default();
+        let mut sent = crate::ops::meter::SentTally::new(&self.meter);
         for (batch, outcome) in done {
             if batch.shared.is_done() {
                 continue;

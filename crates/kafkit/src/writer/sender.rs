@@ -346,11 +346,7 @@ async fn run_request(
     }
     let total = build_request(config, &mut lists);
     if !lists.sent.is_empty() {
-        inner.stats.request(broker, &lists.sizes);
-        inner
-            .stats
-            .kip714
-            .sent(lists.sent.iter().map(|(_, b, _)| b.created));
+        count_request(&inner, broker, &lists);
         let span = tracing::debug_span!(
             "produce",
             broker,
@@ -359,13 +355,6 @@ async fn run_request(
             acks = config.acks.as_i16()
         );
         let otel_spans = send_spans(&inner, broker, &lists.sent);
-        meter::produce_batches(
-            broker,
-            lists
-                .sent
-                .iter()
-                .map(|(_, b, _)| (&b.shared.topic, b.count() as u64)),
-        );
         let started = meter::start();
         let mut shutdown = inner.shutdown_rx();
         let mut answer = std::mem::take(&mut lists.answer);
@@ -382,7 +371,7 @@ async fn run_request(
         };
         #[cfg(test)]
         inner.panic_if_asked();
-        meter::operation_duration(meter::Op::Send, started, || {
+        inner.meter.request_ended(started, || {
             result
                 .as_ref()
                 .err()
@@ -401,6 +390,23 @@ async fn run_request(
     release_request_bytes(&mut lists.produce);
     lists.parts = guard.disarm();
     apply(&inner, broker, lists);
+}
+
+/// Counts a request about to go out: the writer's stats, KIP-714's, and the metrics' produce
+/// records and batches per node and topic (cargo feature `metrics`).
+fn count_request(inner: &Inner, broker: i32, lists: &RequestLists) {
+    inner.stats.request(broker, &lists.sizes);
+    inner
+        .stats
+        .kip714
+        .sent(lists.sent.iter().map(|(_, b, _)| b.created));
+    inner.meter.produce_batches(
+        broker,
+        lists
+            .sent
+            .iter()
+            .map(|(_, b, _)| (&b.shared.topic, b.count() as u64)),
+    );
 }
 
 /// The `send {topic}` span of each batch of a request (OpenTelemetry's conventions,

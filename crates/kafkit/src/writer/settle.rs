@@ -92,7 +92,7 @@ fn judge_failure(e: &SendError) -> Verdict {
 /// out fails with `UNKNOWN_SERVER_ERROR`.
 fn judge_response(inner: &Inner, broker: i32, resp: &ProduceResponse, lists: &mut RequestLists) {
     if resp.throttle_time_ms > 0 {
-        crate::ops::meter::throttled(broker, resp.throttle_time_ms);
+        inner.meter.throttled(broker, resp.throttle_time_ms);
         inner.throttle(broker, resp.throttle_time_ms);
     }
     for ep in &resp.node_endpoints {

@@ -244,6 +244,23 @@ pub(crate) fn judge_commit(offsets: &[Offset], resp: OffsetCommitResponse) -> Co
 pub(crate) fn judge_failure(e: Error) -> CommitOutcome {
     match e.error_code() {
         Some(code) => judge_code(code, e),
+        // The member closed the coordinator's connection under the commit (the coordinator
+        // was lost: a heartbeat's failure, a broker down): sent again to the coordinator
+        // found next, within the commit's deadline, as Java retries a commit cut by a
+        // disconnect. A member's own close waits for its commits before it closes anything.
+        None if matches!(
+            e,
+            Error::ConnectionClosed {
+                cause: crate::error::CloseCause::ClosedByClient,
+                ..
+            }
+        ) =>
+        {
+            CommitOutcome::Again {
+                code: ErrorCode::NETWORK_EXCEPTION,
+                relocate: true,
+            }
+        }
         None if e.is_retriable() => CommitOutcome::Again {
             code: ErrorCode::NETWORK_EXCEPTION,
             relocate: true,
@@ -415,6 +432,25 @@ pub(crate) fn backoff(base: Duration, failures: u32) -> Duration {
 mod tests {
     use super::*;
     use kafkit_protocol::messages::{OffsetCommitResponse, offset_commit_response};
+
+    /// A commit whose coordinator connection the member closed under it (the coordinator
+    /// lost) is sent again to the next coordinator, not failed as UNKNOWN_SERVER_ERROR (seen
+    /// on the gate: `group_faults_mock::coordinator_broker_down_the_group_recovers_without_
+    /// double_ownership`).
+    #[test]
+    fn a_commit_cut_by_the_members_own_close_of_the_connection_goes_again() {
+        let e = Error::ConnectionClosed {
+            addr: "127.0.0.1:9092".into(),
+            cause: crate::error::CloseCause::ClosedByClient,
+        };
+        assert!(matches!(
+            judge_failure(e),
+            CommitOutcome::Again {
+                code: ErrorCode::NETWORK_EXCEPTION,
+                relocate: true
+            }
+        ));
+    }
 
     fn answer(codes: &[(i32, ErrorCode)]) -> OffsetCommitResponse {
         OffsetCommitResponse::default().with_topics(vec![

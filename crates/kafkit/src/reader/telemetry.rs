@@ -42,32 +42,14 @@ pub(crate) fn consumer_fetch_metrics(reader: &Reader, connections: &Rate, out: &
 }
 
 fn fetch_metrics(shared: &Shared, s: ReaderStats, connections: &Rate, out: &mut Vec<Metric>) {
-    let created = shared.transport.dialer().connections_created();
-    out.push(
-        Metric::counter(format!("{C}connection.creation.total"), count(created))
-            .describe("The total number of new connections established."),
-    );
-    out.push(
-        Metric::gauge(
-            format!("{C}connection.creation.rate"),
-            connections.per_second(created),
-        )
-        .describe("The number of new connections established per second."),
-    );
     let w = &shared.counters.kip714;
-    for (node, avg, max) in w.node_latency.take_ms() {
-        let what = "The request latency to the node, in ms.";
-        out.push(
-            Metric::gauge(format!("{C}node.request.latency.avg"), avg)
-                .label("node_id", node.to_string())
-                .describe(what),
-        );
-        out.push(
-            Metric::gauge(format!("{C}node.request.latency.max"), max)
-                .label("node_id", node.to_string())
-                .describe(what),
-        );
-    }
+    crate::telemetry::window::network_metrics(
+        out,
+        C,
+        shared.transport.dialer().connections_created(),
+        connections,
+        &w.node_latency,
+    );
     let (avg, max) = w.latency.take_ms();
     let what = "The time taken for a fetch request, in ms.";
     out.push(Metric::gauge(format!("{C}fetch.manager.fetch.latency.avg"), avg).describe(what));

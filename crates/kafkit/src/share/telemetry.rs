@@ -63,32 +63,14 @@ impl MetricSource for ShareMetrics {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let created = shared.transport.dialer().connections_created();
-        out.push(
-            Metric::counter(format!("{C}connection.creation.total"), count(created))
-                .describe("The total number of new connections established."),
-        );
-        out.push(
-            Metric::gauge(
-                format!("{C}connection.creation.rate"),
-                self.connections.per_second(created),
-            )
-            .describe("The number of new connections established per second."),
-        );
         let w = &shared.stats.kip714;
-        for (node, avg, max) in w.node_latency.take_ms() {
-            let what = "The request latency to the node, in ms.";
-            out.push(
-                Metric::gauge(format!("{C}node.request.latency.avg"), avg)
-                    .label("node_id", node.to_string())
-                    .describe(what),
-            );
-            out.push(
-                Metric::gauge(format!("{C}node.request.latency.max"), max)
-                    .label("node_id", node.to_string())
-                    .describe(what),
-            );
-        }
+        crate::telemetry::window::network_metrics(
+            out,
+            C,
+            shared.transport.dialer().connections_created(),
+            &self.connections,
+            &w.node_latency,
+        );
         let (avg, max) = w.fetch.take_ms();
         let what = "The time taken for a share fetch request, in ms.";
         out.push(Metric::gauge(format!("{S}fetch.manager.fetch.latency.avg"), avg).describe(what));

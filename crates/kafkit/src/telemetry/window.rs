@@ -121,6 +121,49 @@ impl Rate {
     }
 }
 
+/// The connection and per-node request metrics every client reports the same way (Java's
+/// network metrics), under `prefix` (`org.apache.kafka.producer.` or `.consumer.`):
+/// `connection.creation.total` and `.rate` from `created` (the transport's connections so
+/// far, `Dialer::connections_created`), and `node.request.latency.avg` / `.max` per `node_id`
+/// from `node_latency` (its window restarts).
+pub(crate) fn network_metrics(
+    out: &mut Vec<super::Metric>,
+    prefix: &str,
+    created: u64,
+    connections: &Rate,
+    node_latency: &NodeWindows,
+) {
+    use super::Metric;
+    out.push(
+        Metric::counter(
+            format!("{prefix}connection.creation.total"),
+            i64::try_from(created).unwrap_or(i64::MAX),
+        )
+        .describe("The total number of new connections established."),
+    );
+    out.push(
+        Metric::gauge(
+            format!("{prefix}connection.creation.rate"),
+            connections.per_second(created),
+        )
+        .describe("The number of new connections established per second."),
+    );
+    for (node, avg, max) in node_latency.take_ms() {
+        let node = node.to_string();
+        let what = "The request latency to the node, in ms.";
+        out.push(
+            Metric::gauge(format!("{prefix}node.request.latency.avg"), avg)
+                .label("node_id", node.clone())
+                .describe(what),
+        );
+        out.push(
+            Metric::gauge(format!("{prefix}node.request.latency.max"), max)
+                .label("node_id", node)
+                .describe(what),
+        );
+    }
+}
+
 /// What the Writer records for its standard metrics (`writer/telemetry.rs` reports them): per
 /// batch sent, per Produce answer.
 #[derive(Debug, Default)]

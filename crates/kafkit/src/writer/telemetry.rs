@@ -121,32 +121,13 @@ impl WriterMetrics {
     /// Java's standard producer metrics (the module's first table).
     fn standard(&self, inner: &Inner, out: &mut Vec<Metric>) {
         let w = &inner.stats.kip714;
-        let connections = inner.transport.dialer().connections_created();
-        out.push(
-            Metric::counter(format!("{P}connection.creation.total"), count(connections))
-                .describe("The total number of new connections established."),
+        crate::telemetry::window::network_metrics(
+            out,
+            P,
+            inner.transport.dialer().connections_created(),
+            &self.connections,
+            &w.node_latency,
         );
-        out.push(
-            Metric::gauge(
-                format!("{P}connection.creation.rate"),
-                self.connections.per_second(connections),
-            )
-            .describe("The number of new connections established per second."),
-        );
-        for (node, avg, max) in w.node_latency.take_ms() {
-            let node = node.to_string();
-            let what = "The request latency to the node, in ms.";
-            out.push(
-                Metric::gauge(format!("{P}node.request.latency.avg"), avg)
-                    .label("node_id", node.clone())
-                    .describe(what),
-            );
-            out.push(
-                Metric::gauge(format!("{P}node.request.latency.max"), max)
-                    .label("node_id", node)
-                    .describe(what),
-            );
-        }
         avg_max(
             out,
             "produce.throttle.time",

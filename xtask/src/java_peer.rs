@@ -57,14 +57,7 @@ pub fn build() -> Result<String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    if let Err(e) = fs::rename(&scratch, &dir) {
-        let _ = fs::remove_dir_all(&scratch);
-        // Another run may have built the same tree meanwhile.
-        if !built(&dir) {
-            return Err(format!("rename into {}: {e}", dir.display()));
-        }
-    }
-    remove_stale(&tools, &dir);
+    publish(&scratch, &dir, "java-peer-", built)?;
     Ok(class_path(&dir))
 }
 
@@ -90,17 +83,28 @@ fn class_path(dir: &Path) -> String {
     )
 }
 
-/// Removes the builds of earlier source trees (`java-peer-*` beside `keep`).
-fn remove_stale(tools: &Path, keep: &Path) {
-    let Ok(entries) = fs::read_dir(tools) else {
-        return;
+/// Moves a finished build from `scratch` to `dir` (its final name, `<prefix><hash>`), where
+/// another run may have put the same build meanwhile (then `scratch` goes and `dir` stays, when
+/// `built` says it is whole), and removes the builds of earlier source trees (`<prefix>*`
+/// beside `dir`). Used by the Java peer and the broker's KIP-714 receiver
+/// (`kafka_telemetry.rs`).
+pub fn publish(scratch: &Path, dir: &Path, prefix: &str, built: fn(&Path) -> bool) -> Result<()> {
+    if let Err(e) = fs::rename(scratch, dir) {
+        let _ = fs::remove_dir_all(scratch);
+        if !built(dir) {
+            return Err(format!("rename into {}: {e}", dir.display()));
+        }
+    }
+    let Some(Ok(entries)) = dir.parent().map(fs::read_dir) else {
+        return Ok(());
     };
     for e in entries.flatten() {
         let path = e.path();
-        if path != keep && e.file_name().to_string_lossy().starts_with("java-peer-") {
+        if path != dir && e.file_name().to_string_lossy().starts_with(prefix) {
             let _ = fs::remove_dir_all(path);
         }
     }
+    Ok(())
 }
 
 /// The files of the source tree, relative to `root`, sorted; Maven's own `target/` (from a

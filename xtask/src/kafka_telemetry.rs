@@ -81,14 +81,7 @@ pub fn build(lib: &Path) -> Result<PathBuf> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    if let Err(e) = fs::rename(&scratch, &dir) {
-        let _ = fs::remove_dir_all(&scratch);
-        // Another start may have compiled the same tree meanwhile.
-        if !built(&dir) {
-            return Err(format!("rename into {}: {e}", dir.display()));
-        }
-    }
-    remove_stale(&tools, &dir);
+    crate::java_peer::publish(&scratch, &dir, "kafka-telemetry-", built)?;
     Ok(dir.join("classes"))
 }
 
@@ -126,21 +119,4 @@ fn java_sources(root: &Path) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
-}
-
-/// Removes the builds of earlier source trees (`kafka-telemetry-*` beside `keep`).
-fn remove_stale(tools: &Path, keep: &Path) {
-    let Ok(entries) = fs::read_dir(tools) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        if path != keep
-            && e.file_name()
-                .to_string_lossy()
-                .starts_with("kafka-telemetry-")
-        {
-            let _ = fs::remove_dir_all(path);
-        }
-    }
 }

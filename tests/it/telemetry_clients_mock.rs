@@ -118,6 +118,21 @@ fn max_of(pushes: &[Pushed], name: &str) -> Option<f64> {
         .reduce(f64::max)
 }
 
+/// Writes `n` records `v0`, `v1`... to `topic` with a Writer that pushes no metrics of its own
+/// (only the client under test pushes).
+async fn write_without_push(t: &Transport, topic: &str, n: usize) {
+    let writer = Writer::builder(t.clone())
+        .enable_metrics_push(false)
+        .build()
+        .expect("writer");
+    for i in 0..n {
+        writer
+            .produce(ProducerRecord::new(topic, format!("v{i}")))
+            .await
+            .expect("written");
+    }
+}
+
 fn capture_telemetry(mock: &RelayedMock) {
     mock.relays[0].capture(PushTelemetryRequest::API_KEY as i16);
     mock.relays[0].capture(GetTelemetrySubscriptionsRequest::API_KEY as i16);
@@ -238,16 +253,7 @@ async fn member_pushes(protocol: GroupProtocol) {
     let group = unique_topic("telemetry-g");
     create_topic(&mock, &topic);
     let t = transport(&mock);
-    let writer = Writer::builder(t.clone())
-        .enable_metrics_push(false)
-        .build()
-        .expect("writer");
-    for i in 0..10 {
-        writer
-            .produce(ProducerRecord::new(&topic, format!("v{i}")))
-            .await
-            .expect("written");
-    }
+    write_without_push(&t, &topic, 10).await;
     let mut member = GroupReader::builder(t.clone(), &group)
         .subscribe([topic.as_str()])
         .group_protocol(protocol)
@@ -345,16 +351,7 @@ async fn a_reader_without_a_group_pushes_and_close_within_terminates() {
     let topic = unique_topic("telemetry-reader");
     create_topic(&mock, &topic);
     let t = transport(&mock);
-    let writer = Writer::builder(t.clone())
-        .enable_metrics_push(false)
-        .build()
-        .expect("writer");
-    for i in 0..4 {
-        writer
-            .produce(ProducerRecord::new(&topic, format!("v{i}")))
-            .await
-            .expect("written");
-    }
+    write_without_push(&t, &topic, 4).await;
     let reader = kafkit::Reader::builder(t)
         .client_rack("rack-1")
         .build()

@@ -3005,3 +3005,30 @@ where
         _second: second,
     }
 }
+
+/// Reads from `member` (`next_batch`, 200 ms at a time) until at least `n` records came, and
+/// returns how many did.
+///
+/// # Panics
+/// When `guard` passes first, or a batch is an error.
+pub async fn read_from_member(
+    member: &mut kafkit::GroupReader,
+    n: usize,
+    guard: Duration,
+) -> usize {
+    let mut read = 0;
+    let deadline = tokio::time::Instant::now() + guard;
+    while read < n {
+        assert!(tokio::time::Instant::now() < deadline, "{read} of {n}");
+        if let Ok(batch) =
+            tokio::time::timeout(Duration::from_millis(200), member.next_batch()).await
+        {
+            read += batch
+                .expect("a batch")
+                .iter()
+                .map(|p| p.records.len())
+                .sum::<usize>();
+        }
+    }
+    read
+}

@@ -261,20 +261,7 @@ async fn member_pushes(protocol: GroupProtocol) {
         .reader(earliest(&t))
         .build()
         .expect("member");
-    let mut seen = 0;
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while seen < 10 {
-        assert!(tokio::time::Instant::now() < deadline, "{seen} of 10");
-        if let Ok(batch) =
-            tokio::time::timeout(Duration::from_millis(200), member.next_batch()).await
-        {
-            seen += batch
-                .expect("a batch")
-                .iter()
-                .map(|p| p.records.len())
-                .sum::<usize>();
-        }
-    }
+    integration_tests::read_from_member(&mut member, 10, GUARD).await;
     member.commit().await.expect("committed");
     let member_id = member.stats().member_id;
     assert!(!member_id.is_empty());

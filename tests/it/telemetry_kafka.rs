@@ -532,20 +532,8 @@ async fn kafkits_java_names_are_names_java_pushes() {
     consumer
         .wait_until("40 records consumed", GUARD, |c| c.count() >= 40)
         .await;
-    let mut read = 0;
     let deadline = tokio::time::Instant::now() + GUARD;
-    while read < 40 {
-        assert!(tokio::time::Instant::now() < deadline, "{read} of 40");
-        if let Ok(batch) =
-            tokio::time::timeout(Duration::from_millis(200), member.next_batch()).await
-        {
-            read += batch
-                .expect("a batch")
-                .iter()
-                .map(|p| p.records.len())
-                .sum::<usize>();
-        }
-    }
+    integration_tests::read_from_member(&mut member, 40, GUARD).await;
     // The share group's 40 records are shared by the two share consumers: poll until they
     // have them all between them (each may have all, or none).
     let mut shared = 0;
@@ -774,20 +762,7 @@ async fn a_members_own_engine_pushes(protocol: GroupProtocol, tag: &str) {
         .reader(Reader::builder(t).auto_offset_reset(AutoOffsetReset::Earliest))
         .build()
         .expect("member");
-    let mut seen = 0;
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while seen < 10 {
-        assert!(tokio::time::Instant::now() < deadline, "{seen} of 10");
-        if let Ok(batch) =
-            tokio::time::timeout(Duration::from_millis(200), member.next_batch()).await
-        {
-            seen += batch
-                .expect("a batch")
-                .iter()
-                .map(|p| p.records.len())
-                .sum::<usize>();
-        }
-    }
+    let seen = integration_tests::read_from_member(&mut member, 10, GUARD).await;
     assert_eq!(seen, 10);
     member.commit().await.expect("committed");
     let member_id = member.stats().member_id;

@@ -768,6 +768,17 @@ fn run_child(client: Client, args: &[String]) -> Result<RunResult, String> {
 /// errors.
 fn child_result_line(name: &str, args: &[String]) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    exe_result_line(&exe, name, args)
+}
+
+/// Runs `exe` with `args` (under `KAFKIT_BENCH_CHILD_WRAPPER` when set: `wrapper exe args...`)
+/// and returns the RESULT line it printed; `name` names the run in errors. `meter` runs other
+/// builds of this program with it.
+pub(crate) fn exe_result_line(
+    exe: &std::path::Path,
+    name: &str,
+    args: &[String],
+) -> Result<String, String> {
     let mut command = match std::env::var_os("KAFKIT_BENCH_CHILD_WRAPPER") {
         Some(wrapper) => {
             let mut c = Command::new(wrapper);

@@ -17,7 +17,6 @@
 //! baseline).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use clap::Args;
@@ -25,7 +24,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 
 use crate::consumer::{FetchSettings, ReadWorkload, median};
-use crate::{RESULT_PREFIX, RunResult, Settings, Workload};
+use crate::{RunResult, Settings, Workload};
 
 /// Options of `meter`.
 #[derive(Args, Debug)]
@@ -277,29 +276,8 @@ fn print_table(args: &MeterArgs, benches: &[Bench], modes: &[Mode], samples: &[S
 /// Runs `exe` with `args` and reads its RESULT line; under `KAFKIT_BENCH_CHILD_WRAPPER` when
 /// set (`wrapper exe args...`, say a script running `perf record`), as the other benches' runs.
 fn run_exe(exe: &Path, args: &[String]) -> Result<RunResult, String> {
-    let mut command = match std::env::var_os("KAFKIT_BENCH_CHILD_WRAPPER") {
-        Some(wrapper) => {
-            let mut c = Command::new(wrapper);
-            c.arg(exe);
-            c
-        }
-        None => Command::new(exe),
-    };
-    let out = command
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("start {}: {e}", exe.display()))?;
-    if !out.status.success() {
-        return Err(format!("{} failed ({})", exe.display(), out.status));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with(RESULT_PREFIX))
-        .ok_or_else(|| format!("{} printed no result", exe.display()))?;
-    RunResult::parse(line)
+    let line = crate::exe_result_line(exe, &exe.display().to_string(), args)?;
+    RunResult::parse(&line)
 }
 
 /// The installed recorder's handle (`--prometheus`).

@@ -1588,8 +1588,8 @@ impl TansuLaunch {
 ///
 /// The mock cluster is [`RelayedMock::cluster`] (it borrows the owner; like [`mock_cluster`],
 /// keep both on the test's thread), for its own faults (leaders, injected error codes). The
-/// owner (client id `mock-owner`, no metadata refresh of its own) sends nothing through the
-/// relays unless asked to. Do not use the cluster's `broker_down` /
+/// owner (client id `mock-owner`, no metadata refresh nor KIP-714 push of its own) sends
+/// nothing through the relays unless asked to. Do not use the cluster's `broker_down` /
 /// `broker_up` here: use the relay's [`Relay::refuse`] and [`Relay::black_hole`].
 pub struct RelayedMock {
     /// The librdkafka client that owns the mock cluster (`test.mock.num.brokers`).
@@ -1612,6 +1612,9 @@ impl RelayedMock {
             .set("test.mock.num.brokers", brokers.to_string())
             .set("client.id", "mock-owner")
             .set("topic.metadata.refresh.interval.ms", "-1")
+            // The owner learns the relays from the mock's metadata: its own KIP-714 pushes
+            // (under the one instance id the mock hands every client) would go through them.
+            .set("enable.metrics.push", "false")
             .create()
             .expect("a librdkafka client owning a mock cluster");
         let upstreams = owner

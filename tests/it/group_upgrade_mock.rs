@@ -109,18 +109,26 @@ async fn mixed_assignors_follow_the_cooperative_protocol_the_group_chose() {
     c.close().await;
     let (la, lb) = (lost(&a), lost(&b));
     let split2 = settled(&changed, &[&a, &b], &[], &all, GUARD).await;
-    // A member whose heartbeats a loaded machine held past its 2 s session loses its
-    // partitions (the mock drops it: `on_partitions_lost`, then it joins again); that says
-    // nothing of the protocol. Without it, the stayers keep all they had (the gate of
-    // b04e829 saw b lose once while 40 other tests ran).
-    if (lost(&a), lost(&b)) == (la, lb) {
+    // A member whose heartbeats a loaded machine held past its 2 s session (or whose rejoin
+    // came after the rebalance's timeout) loses its partitions (the mock drops it:
+    // `on_partitions_lost`, then it joins again as a new member, and the other revokes what
+    // the newcomer gets); that says nothing of the protocol. Without it, the stayers keep all
+    // they had and revoke nothing (the gate of b04e829 saw b lose once while 40 other tests
+    // ran; the gate of e9bc4eb saw b revoke once, as after a loss of a).
+    let losses = (lost(&a), lost(&b));
+    if losses == (la, lb) {
         assert!(split3[0].is_subset(&split2[0]) && split3[1].is_subset(&split2[1]));
+        assert_eq!(
+            (revoked_only(&a).len(), revoked_only(&b).len()),
+            (qa, qb),
+            "the leave revoked nothing from the members that stay"
+        );
+    } else {
+        eprintln!(
+            "a member lost its partitions under load: {losses:?} after {:?}",
+            (la, lb)
+        );
     }
-    assert_eq!(
-        (revoked_only(&a).len(), revoked_only(&b).len()),
-        (qa, qb),
-        "the leave revoked nothing from the members that stay"
-    );
     a.close().await;
     b.close().await;
 }

@@ -20,7 +20,7 @@ use kafkit::{
     AutoOffsetReset, GroupProtocol, GroupReader, ProducerRecord, ReaderBuilder, Transport, Writer,
 };
 
-use super::telemetry_mock::{decode, from_librdkafka, payload, subscribe_mock};
+use super::telemetry_mock::{decode, from, own_transport, payload, subscribe_mock};
 
 const GUARD: Duration = Duration::from_secs(30);
 const P: &str = "org.apache.kafka.producer.";
@@ -88,12 +88,13 @@ fn read(p: &PushTelemetryRequest) -> Pushed {
 async fn pushes_until(
     mock: &RelayedMock,
     frames: &mut Frames,
+    client: &str,
     done: impl Fn(&[Pushed]) -> bool,
 ) -> Vec<Pushed> {
     let deadline = tokio::time::Instant::now() + GUARD;
     loop {
         frames.extend(mock.relays[0].take_captured());
-        let pushes: Vec<Pushed> = decode::<PushTelemetryRequest>(frames)
+        let pushes: Vec<Pushed> = decode::<PushTelemetryRequest>(frames, client)
             .iter()
             .map(read)
             .collect();
@@ -138,12 +139,6 @@ fn capture_telemetry(mock: &RelayedMock) {
     mock.relays[0].capture(GetTelemetrySubscriptionsRequest::API_KEY as i16);
 }
 
-fn transport(mock: &RelayedMock) -> Transport {
-    Transport::builder([mock.relays[0].addr()])
-        .build()
-        .expect("transport")
-}
-
 fn create_topic(mock: &RelayedMock, topic: &str) {
     mock.cluster()
         .create_topic(topic, 1, 1)
@@ -161,7 +156,8 @@ async fn a_writer_pushes_the_standard_producer_metrics() {
     capture_telemetry(&mock);
     let topic = unique_topic("telemetry-writer");
     create_topic(&mock, &topic);
-    let writer = Writer::builder(transport(&mock))
+    let (t, client) = own_transport(&mock);
+    let writer = Writer::builder(t)
         .linger(Duration::from_millis(20))
         .build()
         .expect("writer");
@@ -177,12 +173,15 @@ async fn a_writer_pushes_the_standard_producer_metrics() {
         .expect("the mock gives an id");
     assert!(!id.is_zero());
     let mut frames = Vec::new();
-    pushes_until(&mock, &mut frames, |p| {
+    pushes_until(&mock, &mut frames, &client, |p| {
         max_of(p, &format!("{P}record.queue.time.max")).is_some_and(|v| v > 0.0)
     })
     .await;
     writer.close(Duration::from_secs(5)).await.expect("closed");
-    let pushes = pushes_until(&mock, &mut frames, |p| p.iter().any(|p| p.terminating)).await;
+    let pushes = pushes_until(&mock, &mut frames, &client, |p| {
+        p.iter().any(|p| p.terminating)
+    })
+    .await;
 
     assert!(pushes.iter().all(|p| p.instance == id), "one instance id");
     for p in &pushes {
@@ -252,7 +251,7 @@ async fn member_pushes(protocol: GroupProtocol) {
     let topic = unique_topic("telemetry-group");
     let group = unique_topic("telemetry-g");
     create_topic(&mock, &topic);
-    let t = transport(&mock);
+    let (t, client) = own_transport(&mock);
     write_without_push(&t, &topic, 10).await;
     let mut member = GroupReader::builder(t.clone(), &group)
         .subscribe([topic.as_str()])
@@ -267,13 +266,16 @@ async fn member_pushes(protocol: GroupProtocol) {
     assert!(!member_id.is_empty());
     let id = member.client_instance_id(GUARD).await.expect("an id");
     let mut frames = Vec::new();
-    pushes_until(&mock, &mut frames, |p| {
+    pushes_until(&mock, &mut frames, &client, |p| {
         max_of(p, &format!("{C}coordinator.commit.latency.max")).is_some_and(|v| v > 0.0)
             && p.iter().any(|p| p.resource.contains_key("group_member_id"))
     })
     .await;
     member.close().await;
-    let pushes = pushes_until(&mock, &mut frames, |p| p.iter().any(|p| p.terminating)).await;
+    let pushes = pushes_until(&mock, &mut frames, &client, |p| {
+        p.iter().any(|p| p.terminating)
+    })
+    .await;
 
     assert!(pushes.iter().all(|p| p.instance == id), "{protocol:?}");
     for p in &pushes {
@@ -337,7 +339,7 @@ async fn a_reader_without_a_group_pushes_and_close_within_terminates() {
     capture_telemetry(&mock);
     let topic = unique_topic("telemetry-reader");
     create_topic(&mock, &topic);
-    let t = transport(&mock);
+    let (t, client) = own_transport(&mock);
     write_without_push(&t, &topic, 4).await;
     let reader = kafkit::Reader::builder(t)
         .client_rack("rack-1")
@@ -356,12 +358,15 @@ async fn a_reader_without_a_group_pushes_and_close_within_terminates() {
     }
     let id = reader.client_instance_id(GUARD).await.expect("an id");
     let mut frames = Vec::new();
-    pushes_until(&mock, &mut frames, |p| {
+    pushes_until(&mock, &mut frames, &client, |p| {
         max_of(p, &format!("{C}fetch.manager.fetch.latency.max")).is_some_and(|v| v > 0.0)
     })
     .await;
     reader.close_within(Duration::from_secs(5)).await;
-    let pushes = pushes_until(&mock, &mut frames, |p| p.iter().any(|p| p.terminating)).await;
+    let pushes = pushes_until(&mock, &mut frames, &client, |p| {
+        p.iter().any(|p| p.terminating)
+    })
+    .await;
     assert!(pushes.iter().all(|p| p.instance == id));
     assert!(pushes.iter().all(|p| {
         p.resource.get("client_rack").map(String::as_str) == Some("rack-1")
@@ -395,7 +400,7 @@ async fn push_off_sends_no_telemetry_request() {
     capture_telemetry(&mock);
     let topic = unique_topic("telemetry-off");
     create_topic(&mock, &topic);
-    let t = transport(&mock);
+    let (t, client) = own_transport(&mock);
     let writer = Writer::builder(t.clone())
         .enable_metrics_push(false)
         .build()
@@ -446,7 +451,7 @@ async fn push_off_sends_no_telemetry_request() {
     let frames: Vec<_> = mock.relays[0]
         .take_captured()
         .into_iter()
-        .filter(|(_, frame)| !from_librdkafka(frame))
+        .filter(|(_, frame)| from(frame, &client))
         .collect();
     assert!(frames.is_empty(), "{} telemetry requests", frames.len());
 }

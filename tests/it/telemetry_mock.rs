@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use integration_tests::{RelayedMock, RelayedRequest};
-use kafkit::Transport;
+use integration_tests::{RelayedMock, RelayedRequest, unique_topic};
 use kafkit::compress::Compression;
 use kafkit::protocol::Request as _;
 use kafkit::protocol::messages::{GetTelemetrySubscriptionsRequest, PushTelemetryRequest};
 use kafkit::telemetry::otlp::{self, MetricsData};
 use kafkit::telemetry::{Metric, MetricSource, Telemetry};
+use kafkit::{Dialer, Transport};
 
 const ERRORS: &str = "org.apache.kafka.producer.record.error.total";
 const BATCH: &str = "org.apache.kafka.producer.batch.size.avg";
@@ -74,10 +74,13 @@ fn push_error(mock: &RelayedMock, code: rdkafka::types::RDKafkaRespErr) {
     }
 }
 
-pub(super) fn decode<R: kafkit::protocol::Request>(frames: &[(RelayedRequest, Vec<u8>)]) -> Vec<R> {
+pub(super) fn decode<R: kafkit::protocol::Request>(
+    frames: &[(RelayedRequest, Vec<u8>)],
+    client: &str,
+) -> Vec<R> {
     frames
         .iter()
-        .filter(|(r, frame)| r.api_key == R::API_KEY as i16 && !from_librdkafka(frame))
+        .filter(|(r, frame)| r.api_key == R::API_KEY as i16 && from(frame, client))
         .map(|(_, frame)| {
             let mut buf = bytes::Bytes::from(frame.clone());
             buf.advance(4);
@@ -92,20 +95,30 @@ pub(super) fn decode<R: kafkit::protocol::Request>(frames: &[(RelayedRequest, Ve
         .collect()
 }
 
-/// Whether a captured request frame comes from a librdkafka client (its header's client id
-/// `rdkafka`): the handle hosting librdkafka's mock cluster is one, it learns the relays'
-/// addresses from the mock's metadata and pushes its own KIP-714 metrics through them (under
-/// the same instance id the mock hands out), which are not the ones a test looks at.
-pub(super) fn from_librdkafka(frame: &[u8]) -> bool {
+/// A transport through the mock's first relay whose requests carry a client id of its own,
+/// unique to the test, and that id. The tests read only the frames with it ([`from`]): the
+/// mock hands every client the same instance id, and others send telemetry through the relay
+/// too (the mock's owner, a librdkafka client, pushes its own KIP-714 metrics there).
+pub(super) fn own_transport(mock: &RelayedMock) -> (Transport, String) {
+    let client = unique_topic("telemetry-client");
+    let transport = Transport::builder([mock.relays[0].addr()])
+        .dialer(Dialer::builder().client_id(&client).build())
+        .build()
+        .expect("transport");
+    (transport, client)
+}
+
+/// The client id in a captured request frame's header (None: a frame too short to hold one).
+pub(super) fn client_id(frame: &[u8]) -> Option<&[u8]> {
     // size (4), api key (2), version (2), correlation id (4), client id (i16 length + bytes).
-    let Some(len) = frame.get(12..14) else {
-        return false;
-    };
-    let n = i16::from_be_bytes([len[0], len[1]]);
-    usize::try_from(n)
-        .ok()
-        .and_then(|n| frame.get(14..14 + n))
-        .is_some_and(|id| id.starts_with(b"rdkafka"))
+    let len = frame.get(12..14)?;
+    let n = usize::try_from(i16::from_be_bytes([len[0], len[1]])).ok()?;
+    frame.get(14..14 + n)
+}
+
+/// Whether a captured request frame was sent with the client id `client`.
+pub(super) fn from(frame: &[u8], client: &str) -> bool {
+    client_id(frame) == Some(client.as_bytes())
 }
 
 /// A push's payload, decompressed and decoded.
@@ -152,11 +165,12 @@ fn read(data: &MetricsData) -> (Option<(i64, i32)>, bool, bool) {
 async fn wait_for_pushes(
     mock: &RelayedMock,
     frames: &mut Vec<(RelayedRequest, Vec<u8>)>,
+    client: &str,
     n: usize,
 ) {
     for _ in 0..100 {
         frames.extend(mock.relays[0].take_captured());
-        if decode::<PushTelemetryRequest>(frames).len() >= n {
+        if decode::<PushTelemetryRequest>(frames, client).len() >= n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -173,9 +187,7 @@ async fn pushes_reach_the_mock_and_decode_to_the_values_sent() {
     subscribe_mock(&mock, 200, &["org.apache.kafka.producer."]);
     mock.relays[0].capture(PushTelemetryRequest::API_KEY as i16);
     mock.relays[0].capture(GetTelemetrySubscriptionsRequest::API_KEY as i16);
-    let transport = Transport::builder([mock.relays[0].addr()])
-        .build()
-        .expect("transport");
+    let (transport, client) = own_transport(&mock);
     let source = Arc::new(Source(AtomicI64::new(5)));
     let telemetry = Telemetry::builder(transport)
         .source(source.clone())
@@ -189,13 +201,13 @@ async fn pushes_reach_the_mock_and_decode_to_the_values_sent() {
     assert!(!id.is_zero(), "the mock gives an instance id");
 
     let mut frames = Vec::new();
-    wait_for_pushes(&mock, &mut frames, 1).await;
+    wait_for_pushes(&mock, &mut frames, &client, 1).await;
     source.0.store(12, Ordering::SeqCst);
-    wait_for_pushes(&mock, &mut frames, 3).await;
+    wait_for_pushes(&mock, &mut frames, &client, 3).await;
     telemetry.close(Duration::from_secs(5)).await;
     frames.extend(mock.relays[0].take_captured());
 
-    let pushes = decode::<PushTelemetryRequest>(&frames);
+    let pushes = decode::<PushTelemetryRequest>(&frames, &client);
     let expected = Compression::Zstd;
     let mut total = 0;
     for (i, p) in pushes.iter().enumerate() {
@@ -238,9 +250,7 @@ async fn refused_pushes_resubscribe_or_shrink() {
     mock.relays[0].capture(GetTelemetrySubscriptionsRequest::API_KEY as i16);
     push_error(&mock, E::RD_KAFKA_RESP_ERR_UNKNOWN_SUBSCRIPTION_ID);
     push_error(&mock, E::RD_KAFKA_RESP_ERR_TELEMETRY_TOO_LARGE);
-    let transport = Transport::builder([mock.relays[0].addr()])
-        .build()
-        .expect("transport");
+    let (transport, client) = own_transport(&mock);
     let telemetry = Telemetry::builder(transport)
         .source(Arc::new(Source(AtomicI64::new(1))))
         .build()
@@ -250,11 +260,11 @@ async fn refused_pushes_resubscribe_or_shrink() {
         .await
         .expect("an id");
     let mut frames = Vec::new();
-    wait_for_pushes(&mock, &mut frames, 3).await;
+    wait_for_pushes(&mock, &mut frames, &client, 3).await;
     telemetry.close(Duration::from_secs(5)).await;
     frames.extend(mock.relays[0].take_captured());
 
-    let subs = decode::<GetTelemetrySubscriptionsRequest>(&frames);
+    let subs = decode::<GetTelemetrySubscriptionsRequest>(&frames, &client);
     assert!(
         subs[0].client_instance_id.is_zero(),
         "the first ask has no id"
@@ -263,9 +273,9 @@ async fn refused_pushes_resubscribe_or_shrink() {
     // ask before it may be a retry of a failed first one, under load: still without an id.)
     let first_push = frames
         .iter()
-        .position(|(r, f)| r.api_key == PushTelemetryRequest::API_KEY as i16 && !from_librdkafka(f))
+        .position(|(r, f)| r.api_key == PushTelemetryRequest::API_KEY as i16 && from(f, &client))
         .expect("a push");
-    let again = decode::<GetTelemetrySubscriptionsRequest>(&frames[first_push..]);
+    let again = decode::<GetTelemetrySubscriptionsRequest>(&frames[first_push..], &client);
     assert!(
         !again.is_empty(),
         "asked again after UNKNOWN_SUBSCRIPTION_ID: {subs:?}"
@@ -274,7 +284,7 @@ async fn refused_pushes_resubscribe_or_shrink() {
         again[0].client_instance_id, id,
         "the ask after the refused push names the instance"
     );
-    let counts: Vec<usize> = decode::<PushTelemetryRequest>(&frames)
+    let counts: Vec<usize> = decode::<PushTelemetryRequest>(&frames, &client)
         .iter()
         .map(|p| payload(p).metrics().count())
         .collect();

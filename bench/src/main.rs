@@ -52,6 +52,8 @@ mod alloc;
 mod consumer;
 mod cpu;
 mod encode;
+mod external;
+mod json;
 mod meter;
 mod ours;
 mod peer;
@@ -165,7 +167,20 @@ struct ProducerArgs {
     /// tansu's bootstrap address; without it the `tansu` case is skipped.
     #[arg(long)]
     tansu: Option<String>,
-    /// Cases to run (default: all).
+    /// Apache Kafka's bootstrap address (one broker); without it the `kafka` and `kafka-txn`
+    /// cases are skipped.
+    #[arg(long)]
+    kafka: Option<String>,
+    /// Partitions of the topic in the `kafka` case; a list runs the case once per count.
+    #[arg(long, value_delimiter = ',', default_values_t = [48, 1_000])]
+    kafka_partitions: Vec<i32>,
+    /// Runs of every case and client; the clients' order rotates between repeats.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// Appends every run, as one JSON object per line, to this file (see `json.rs`).
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Cases to run (default: every one but the `kafka` ones).
     #[arg(long, value_enum, value_delimiter = ',')]
     cases: Vec<Case>,
     /// Clients to run, in this order (default: ours then rdkafka).
@@ -192,6 +207,12 @@ enum Case {
     Wide,
     /// Transactional producers on the 3 mock brokers, a commit every `--txn-records`.
     Txn,
+    /// Apache Kafka, one broker (`--kafka`), each partition count of `--kafka-partitions`.
+    Kafka,
+    /// Transactional producers on Apache Kafka, `--partitions` partitions, a commit every
+    /// `--txn-records`.
+    #[value(name = "kafka-txn")]
+    KafkaTxn,
 }
 
 impl Case {
@@ -201,7 +222,14 @@ impl Case {
             Case::Mock => "mock",
             Case::Wide => "wide",
             Case::Txn => "txn",
+            Case::Kafka => "kafka",
+            Case::KafkaTxn => "kafka-txn",
         }
+    }
+
+    /// Whether the case writes transactions.
+    fn transactional(self) -> bool {
+        matches!(self, Case::Txn | Case::KafkaTxn)
     }
 }
 
@@ -212,6 +240,16 @@ enum Client {
     Ours,
     /// librdkafka's producer or consumer (rdkafka crate).
     Rdkafka,
+    /// krafka's producer or consumer (a pure-Rust client on crates.io; `peers/krafka`).
+    Krafka,
+    /// franz-go's `kgo.Client` (`peers/go`).
+    #[value(name = "franz-go")]
+    FranzGo,
+    /// segmentio/kafka-go's Writer or Reader (`peers/go`).
+    #[value(name = "kafka-go")]
+    KafkaGo,
+    /// The Java client's KafkaProducer or KafkaConsumer (kafka-clients; `peers/java`).
+    Java,
 }
 
 impl Client {
@@ -219,6 +257,22 @@ impl Client {
         match self {
             Client::Ours => "ours",
             Client::Rdkafka => "rdkafka",
+            Client::Krafka => "krafka",
+            Client::FranzGo => "franz-go",
+            Client::KafkaGo => "kafka-go",
+            Client::Java => "java",
+        }
+    }
+
+    /// The client's name in tables and charts.
+    fn label(self) -> &'static str {
+        match self {
+            Client::Ours => "kafkit",
+            Client::Rdkafka => "librdkafka",
+            Client::Krafka => "krafka",
+            Client::FranzGo => "franz-go",
+            Client::KafkaGo => "kafka-go",
+            Client::Java => "Java",
         }
     }
 }
@@ -255,6 +309,13 @@ pub struct Settings {
     /// Codec of every batch, the same for both clients [compression.type].
     #[arg(long, value_enum, default_value_t = Codec::None)]
     pub compression: Codec,
+    /// Acknowledgements asked of the broker (the `txn` case always asks all) [acks].
+    #[arg(long, value_enum, default_value_t = AcksArg::One)]
+    pub acks: AcksArg,
+    /// Idempotent writes (needs `--acks all`; the `txn` case is always idempotent)
+    /// [enable.idempotence].
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub idempotence: bool,
     /// This project's Writer only: `send` each record and drop its future, instead of
     /// `send_detached` (no future; the outcome reaches the completion callback, as librdkafka's
     /// delivery report).
@@ -265,6 +326,26 @@ pub struct Settings {
     /// the writer copies, as librdkafka copies the payload it is lent, `RD_KAFKA_MSG_F_COPY`).
     #[arg(long)]
     pub owned: bool,
+}
+
+/// The acknowledgements a producer asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AcksArg {
+    /// `acks=1`: the leader's.
+    #[value(name = "1")]
+    One,
+    /// `acks=all`: every in-sync replica's.
+    All,
+}
+
+impl AcksArg {
+    /// Kafka's spelling (`1`, `all`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AcksArg::One => "1",
+            AcksArg::All => "all",
+        }
+    }
 }
 
 /// A batch codec both clients support.
@@ -352,6 +433,8 @@ impl Workload {
             ("--max-buffered-records", s.max_buffered_records.to_string()),
             ("--delivery-timeout-ms", s.delivery_timeout_ms.to_string()),
             ("--compression", s.compression.name().to_string()),
+            ("--acks", s.acks.name().to_string()),
+            ("--idempotence", s.idempotence.to_string()),
             ("--tasks", self.tasks.to_string()),
         ]
         .into_iter()
@@ -390,6 +473,8 @@ pub struct RunResult {
     /// Allocations made by Rust code in steady state (after the first tenth of the records),
     /// with the records sent over that span; `None` when not measured.
     pub allocated: Option<(alloc::Allocated, u64)>,
+    /// The client library and its version, `name@version` (None: the child did not say).
+    pub version: Option<String>,
 }
 
 const RESULT_PREFIX: &str = "RESULT ";
@@ -414,6 +499,9 @@ impl RunResult {
                 " allocs={} alloc_bytes={} alloc_records={n}",
                 a.count, a.bytes
             );
+        }
+        if let Some(v) = &self.version {
+            let _ = write!(line, " version={v}");
         }
         if let Some(e) = &self.first_error {
             let _ = write!(line, " error={}", e.replace('\n', " "));
@@ -450,6 +538,7 @@ impl RunResult {
                 "allocs" => r.allocated.get_or_insert_default().0.count = num()?,
                 "alloc_bytes" => r.allocated.get_or_insert_default().0.bytes = num()?,
                 "alloc_records" => r.allocated.get_or_insert_default().1 = num()?,
+                "version" => r.version = Some(v.to_string()),
                 _ => {}
             }
         }
@@ -470,6 +559,7 @@ fn main() -> ExitCode {
             let result = match client {
                 Client::Ours => ours::run(&workload),
                 Client::Rdkafka => peer::run(&workload),
+                other => Err(own_program(other)),
             };
             if let Some(line) = meter::scrape_summary() {
                 eprintln!("{line}");
@@ -489,6 +579,7 @@ fn main() -> ExitCode {
             let result = match client {
                 Client::Ours => consumer::ours::run(&workload),
                 Client::Rdkafka => consumer::peer::run(&workload),
+                other => Err(own_program(other)),
             };
             if let Some(line) = meter::scrape_summary() {
                 eprintln!("{line}");
@@ -508,6 +599,7 @@ fn main() -> ExitCode {
             let result = match client {
                 Client::Ours => consumer::group_ours::run(&workload),
                 Client::Rdkafka => consumer::group_peer::run(&workload),
+                other => Err(own_program(other)),
             };
             match result {
                 Ok(r) => {
@@ -536,6 +628,24 @@ fn main() -> ExitCode {
         Cmd::Meter(args) => exit_code(meter::run(&args)),
         Cmd::Consumer(args) => exit_code(consumer::run(&args)),
     }
+}
+
+/// This project's client and its version, for the result line.
+pub fn ours_version() -> String {
+    format!("kafkit@{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// librdkafka's version (the library linked in), for the result line.
+pub fn rdkafka_version() -> String {
+    format!("librdkafka@{}", rdkafka::util::get_rdkafka_version().1)
+}
+
+/// Why an external client cannot run inside this program.
+fn own_program(client: Client) -> String {
+    format!(
+        "{} runs as a program of its own (see bench/src/external.rs)",
+        client.name()
+    )
 }
 
 /// The exit code of a bench: failure when a run failed (`Ok(false)`) or the bench could not run.
@@ -577,18 +687,27 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
     };
     if args.partitions <= 0
         || args.wide_partitions.iter().any(|p| *p <= 0)
+        || args.kafka_partitions.iter().any(|p| *p <= 0)
         || args.settings.value_size == 0
         || args.tasks.contains(&0)
+        || args.repeat == 0
     {
         return Err(
-            "--partitions, --wide-partitions, --value-size and --tasks must be positive".into(),
+            "--partitions, --wide-partitions, --kafka-partitions, --value-size, --tasks and \
+             --repeat must be positive"
+                .into(),
         );
     }
-    // One run of a case per partition count (the `wide` case may have several).
+    // One run of a case per partition count (`wide` and `kafka` may have several).
     let runs: Vec<(Case, Option<i32>)> = cases
         .iter()
         .flat_map(|&c| match c {
             Case::Wide => args.wide_partitions.iter().map(|&p| (c, Some(p))).collect(),
+            Case::Kafka => args
+                .kafka_partitions
+                .iter()
+                .map(|&p| (c, Some(p)))
+                .collect(),
             _ => vec![(c, None)],
         })
         .collect();
@@ -604,14 +723,18 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
     } else {
         None
     };
+    let kafka_broker = args
+        .kafka
+        .as_deref()
+        .map(|_| format!("Apache Kafka {} (1 broker)", kafka_version()));
 
     let mut rows = Vec::new();
-    for &(case, wide) in &runs {
+    for &(case, many) in &runs {
         let (bootstrap, broker, partitions, records) = match case {
             Case::Tansu => match &args.tansu {
                 Some(b) => (
                     b.clone(),
-                    "tansu 0.6 (1 broker)",
+                    "tansu 0.6 (1 broker)".to_string(),
                     args.partitions,
                     args.records,
                 ),
@@ -620,92 +743,70 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
                     continue;
                 }
             },
+            Case::Kafka | Case::KafkaTxn => match (&args.kafka, &kafka_broker) {
+                (Some(b), Some(name)) => (
+                    b.clone(),
+                    name.clone(),
+                    many.unwrap_or(args.partitions),
+                    args.records,
+                ),
+                _ => {
+                    eprintln!(
+                        "kafkit-bench: no --kafka given, skipping the {} case",
+                        case.name()
+                    );
+                    continue;
+                }
+            },
             Case::Mock | Case::Wide | Case::Txn => {
                 let Some(m) = &mock else { continue };
-                let (p, n) = if let Some(p) = wide {
+                let (p, n) = if let Some(p) = many {
                     (p, args.wide_records.unwrap_or(args.records))
                 } else {
                     (args.partitions, args.records)
                 };
-                (m.bootstrap_servers(), "librdkafka mock (3 brokers)", p, n)
+                (
+                    m.bootstrap_servers(),
+                    "librdkafka mock (3 brokers)".to_string(),
+                    p,
+                    n,
+                )
             }
         };
-        // Every task count, each for every client in turn (so both clients of a count run
-        // under the same load); a transaction is the records in order, sent from one task.
-        let task_counts: &[u64] = if case == Case::Txn { &[1] } else { &args.tasks };
-        let each = task_counts
-            .iter()
-            .flat_map(|&t| clients.iter().map(move |&c| (t, c)));
-        for (tasks, client) in each {
-            let topic = format!(
-                "bench-{}-{}-{}-{}",
-                case.name(),
-                client.name(),
-                std::process::id(),
-                rows.len()
-            );
-            eprintln!(
-                "kafkit-bench: {} / {} / {tasks} task(s): {records} records to {topic} ({partitions} partitions)",
-                case.name(),
-                client.name()
-            );
-            let workload = Workload {
-                bootstrap: bootstrap.clone(),
-                topic: topic.clone(),
-                partitions,
-                records,
-                txn_records: if case == Case::Txn {
-                    args.txn_records.max(1)
-                } else {
-                    0
-                },
-                tasks,
-                settings: args.settings.clone(),
-            };
-            let on_mock = mock.as_ref().filter(|_| case != Case::Tansu);
-            let result = create_topic(&runtime, on_mock, &bootstrap, &topic, partitions)
-                .and_then(|()| {
-                    let mut args = vec![
-                        "client".to_string(),
-                        "--client".into(),
-                        client.name().into(),
-                    ];
-                    args.extend(workload.to_args());
-                    run_child(client, &args)
-                })
-                .and_then(|r| {
-                    let end = match case {
-                        // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
-                        // batches: count the records instead.
-                        Case::Tansu => count_records(&workload, records)?,
-                        Case::Mock | Case::Wide | Case::Txn => {
-                            offsets_sum(&runtime, &bootstrap, &topic, kafkit::OffsetSpec::Latest)?
-                        }
-                    };
-                    if r.failed == 0 && (r.delivered != records || end != records) {
-                        return Err(format!(
-                            "{} of {records} acknowledged, end offsets add up to {end}",
-                            r.delivered
-                        ));
+        // Every task count, each for every client in turn (so all clients of a count run
+        // under the same load), `--repeat` times with the clients' order rotated; a
+        // transaction is the records in order, sent from one task.
+        let task_counts: &[u64] = if case.transactional() {
+            &[1]
+        } else {
+            &args.tasks
+        };
+        for repeat in 0..args.repeat {
+            let mut order = clients.clone();
+            order.rotate_left(repeat as usize % clients.len().max(1));
+            for &tasks in task_counts {
+                for &client in &order {
+                    let row = produce_once(
+                        args,
+                        &runtime,
+                        mock.as_ref(),
+                        ProduceRun {
+                            case,
+                            broker: &broker,
+                            bootstrap: &bootstrap,
+                            client,
+                            tasks,
+                            partitions,
+                            records,
+                            serial: rows.len(),
+                        },
+                    );
+                    if let Some(path) = &args.json {
+                        json::append(path, &producer_json(args, &row, repeat))?;
                     }
-                    Ok(r)
-                });
-            if let Err(e) = &result {
-                eprintln!(
-                    "kafkit-bench: {} / {} / {tasks} task(s): {e}",
-                    case.name(),
-                    client.name()
-                );
+                    rows.push(row);
+                }
             }
-            rows.push(Row {
-                case,
-                broker: broker.to_string(),
-                client,
-                tasks,
-                partitions,
-                records,
-                result,
-            });
         }
     }
     print_table(args, &rows);
@@ -717,7 +818,170 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
     }
     Ok(rows
         .iter()
-        .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)))
+        .all(|r| matches!(&r.result, Ok(x) if x.failed == 0) || is_not_supported(&r.result)))
+}
+
+/// Whether a run's error says the client cannot run the workload (not a failure of the bench).
+fn is_not_supported(r: &Result<RunResult, String>) -> bool {
+    matches!(r, Err(e) if e == external::NOT_SUPPORTED)
+}
+
+/// One producer run: which case, broker, client and sizes.
+struct ProduceRun<'a> {
+    case: Case,
+    broker: &'a str,
+    bootstrap: &'a str,
+    client: Client,
+    tasks: u64,
+    partitions: i32,
+    records: u64,
+    /// The run's number in this bench (in its topic's name).
+    serial: usize,
+}
+
+/// Creates a fresh topic, runs the client on it in a child process and checks that every record
+/// is in the topic.
+fn produce_once(
+    args: &ProducerArgs,
+    runtime: &tokio::runtime::Runtime,
+    mock: Option<&MockCluster<'static, DefaultProducerContext>>,
+    run: ProduceRun<'_>,
+) -> Row {
+    let ProduceRun {
+        case,
+        client,
+        tasks,
+        partitions,
+        records,
+        ..
+    } = run;
+    let topic = format!(
+        "bench-{}-{}-{}-{}",
+        case.name(),
+        client.name(),
+        std::process::id(),
+        run.serial
+    );
+    eprintln!(
+        "kafkit-bench: {} / {} / {tasks} task(s): {records} records to {topic} ({partitions} partitions)",
+        case.name(),
+        client.name()
+    );
+    let workload = Workload {
+        bootstrap: run.bootstrap.to_string(),
+        topic: topic.clone(),
+        partitions,
+        records,
+        txn_records: if case.transactional() {
+            args.txn_records.max(1)
+        } else {
+            0
+        },
+        tasks,
+        settings: args.settings.clone(),
+    };
+    let on_mock = mock.filter(|_| matches!(case, Case::Mock | Case::Wide | Case::Txn));
+    let result = create_topic(runtime, on_mock, run.bootstrap, &topic, partitions)
+        .and_then(|()| {
+            let mut child = vec![
+                "client".to_string(),
+                "--client".into(),
+                client.name().into(),
+            ];
+            child.extend(workload.to_args());
+            run_child(client, &child)
+        })
+        .and_then(|r| {
+            let end = match case {
+                // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
+                // batches: count the records instead.
+                Case::Tansu => count_records(&workload, records)?,
+                _ => offsets_sum(runtime, run.bootstrap, &topic, kafkit::OffsetSpec::Latest)?,
+            };
+            // On Kafka a transaction's commit marker takes an offset in each partition it wrote.
+            let markers = if case == Case::KafkaTxn {
+                commit_markers(records, workload.txn_records, partitions)
+            } else {
+                0
+            };
+            if r.failed == 0 && (r.delivered != records || end != records + markers) {
+                return Err(format!(
+                    "{} of {records} acknowledged, end offsets add up to {end}",
+                    r.delivered
+                ));
+            }
+            Ok(r)
+        });
+    if let Err(e) = &result {
+        eprintln!(
+            "kafkit-bench: {} / {} / {tasks} task(s): {e}",
+            case.name(),
+            client.name()
+        );
+    }
+    Row {
+        case,
+        broker: run.broker.to_string(),
+        client,
+        tasks,
+        partitions,
+        records,
+        result,
+    }
+}
+
+/// One producer row as JSON: the case, the client, the settings every client was given, the
+/// machine and the figures.
+fn producer_json(args: &ProducerArgs, row: &Row, repeat: u32) -> serde_json::Value {
+    let s = &args.settings;
+    let txn = row.case.transactional();
+    json::merge(&[
+        serde_json::json!({
+            "bench": "producer",
+            "unix_time": json::now(),
+            "commit": std::env::var("KAFKIT_BENCH_COMMIT").ok(),
+            "machine": json::machine(),
+            "broker": row.broker,
+            "case": row.case.name(),
+            "client": row.client.label(),
+            "partitions": row.partitions,
+            "records": row.records,
+            "tasks": row.tasks,
+            "repeat": repeat,
+            "settings": {
+                "value_size": s.value_size,
+                "acks": if txn { "all" } else { s.acks.name() },
+                "idempotence": txn || s.idempotence,
+                "transaction_records": if txn { Some(args.txn_records.max(1)) } else { None },
+                "compression": s.compression.name(),
+                "linger_ms": s.linger_ms,
+                "batch_size": s.batch_size,
+                "batch_max_records": s.batch_max_records,
+                "max_in_flight": s.max_in_flight,
+                "buffer_memory": s.buffer_memory,
+                "max_buffered_records": s.max_buffered_records,
+                "delivery_timeout_ms": s.delivery_timeout_ms,
+            },
+        }),
+        json::figures(&row.result),
+    ])
+}
+
+/// The Kafka version of the rig's broker, for the tables (`cargo xtask bench` sets
+/// `KAFKIT_BENCH_KAFKA_VERSION` to the version it started).
+fn kafka_version() -> String {
+    std::env::var("KAFKIT_BENCH_KAFKA_VERSION").unwrap_or_else(|_| "4.4.0".to_string())
+}
+
+/// The transaction markers a transactional run leaves in the log on Apache Kafka: one commit
+/// marker in each partition a transaction wrote (record `i` to partition `i % partitions`, a
+/// commit every `per_txn` records). librdkafka's mock writes none.
+fn commit_markers(records: u64, per_txn: u64, partitions: i32) -> u64 {
+    let per_txn = per_txn.max(1);
+    let partitions = u64::try_from(partitions).unwrap_or(1).max(1);
+    (0..records.div_ceil(per_txn))
+        .map(|t| (records - t * per_txn).min(per_txn).min(partitions))
+        .sum()
 }
 
 /// Creates `topic`: on the mock cluster (`mock`) with partition `p` led by broker `p % 3 + 1`;
@@ -760,6 +1024,9 @@ fn create_topic(
 /// subcommand), which prints one RESULT line. With `KAFKIT_BENCH_CHILD_WRAPPER` set (say to
 /// `heaptrack`), the child runs under that program: `wrapper <this program> args...`.
 fn run_child(client: Client, args: &[String]) -> Result<RunResult, String> {
+    if external::is_external(client) {
+        return external::run(client, args);
+    }
     RunResult::parse(&child_result_line(client.name(), args)?)
 }
 
@@ -911,12 +1178,14 @@ fn print_table(args: &ProducerArgs, rows: &[Row]) {
     println!("Command: `kafkit-bench {}`", cmd.join(" "));
     let s = &args.settings;
     println!(
-        "Settings (both clients): value {} bytes, acks=1, compression {}, idempotence off, \
+        "Settings (every client): value {} bytes, acks={}, compression {}, idempotence {}, \
          linger {} ms, batch {} bytes / {} records, {} in flight per connection, \
          buffer {} bytes / {} records; each client sends from {} sender(s) (ours: tokio tasks \
          sharing one Writer; librdkafka: threads sharing one producer), ours with {} ({}).",
         s.value_size,
+        s.acks.name(),
         s.compression.name(),
+        if s.idempotence { "on" } else { "off" },
         s.linger_ms,
         s.batch_size,
         s.batch_max_records,
@@ -1125,4 +1394,48 @@ fn write_charts(dir: &std::path::Path, tasks: &[u64], rows: &[Row]) -> Result<()
     ];
     charts.extend(scaling::task_charts(&SENDING, tasks, &case_runs(rows)));
     scaling::write_charts(dir, charts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_leaves_a_marker_in_each_partition_it_wrote() {
+        // 3 transactions of 10 records over 4 partitions: 4 markers each.
+        assert_eq!(commit_markers(30, 10, 4), 12);
+        // The last transaction has 2 records: 2 partitions.
+        assert_eq!(commit_markers(22, 10, 4), 10);
+        // More partitions than records per transaction.
+        assert_eq!(commit_markers(20, 10, 48), 20);
+        assert_eq!(commit_markers(0, 10, 4), 0);
+    }
+
+    #[test]
+    fn a_result_line_reads_back_with_its_version() {
+        let r = RunResult {
+            delivered: 5,
+            version: Some("franz-go@v1.22.3".into()),
+            first_error: Some("one bad".into()),
+            ..RunResult::default()
+        };
+        let back = RunResult::parse(&r.to_line()).expect("parses");
+        assert_eq!(back.version.as_deref(), Some("franz-go@v1.22.3"));
+        assert_eq!(back.first_error.as_deref(), Some("one bad"));
+        assert_eq!(back.delivered, 5);
+    }
+
+    #[test]
+    fn every_client_has_a_name_the_command_line_takes() {
+        for c in [
+            Client::Ours,
+            Client::Rdkafka,
+            Client::Krafka,
+            Client::FranzGo,
+            Client::KafkaGo,
+            Client::Java,
+        ] {
+            assert_eq!(Client::from_str(c.name(), false), Ok(c));
+        }
+    }
 }

@@ -54,7 +54,11 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
             .transactional_id(format!("kafkit-bench-{}", w.topic))
             .transaction_timeout(Duration::from_millis(s.delivery_timeout_ms))
     } else {
-        builder.acks(Acks::Leader).enable_idempotence(false)
+        let acks = match s.acks {
+            crate::AcksArg::One => Acks::Leader,
+            crate::AcksArg::All => Acks::All,
+        };
+        builder.acks(acks).enable_idempotence(s.idempotence)
     };
     let writer = builder
         .compression(s.compression.compression())
@@ -214,5 +218,6 @@ async fn produce(w: &Workload) -> Result<RunResult, String> {
         requests: Some(stats.produce_requests.values().sum()),
         bytes: 0,
         allocated,
+        version: Some(crate::ours_version()),
     })
 }

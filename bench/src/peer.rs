@@ -85,8 +85,8 @@ fn config(w: &Workload) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &w.bootstrap)
         .set("client.id", "kafkit-bench-rdkafka")
-        .set("acks", "1")
-        .set("enable.idempotence", "false")
+        .set("acks", s.acks.name())
+        .set("enable.idempotence", s.idempotence.to_string())
         .set("compression.type", s.compression.name())
         .set("linger.ms", s.linger_ms.to_string())
         .set("batch.size", s.batch_size.to_string())
@@ -190,6 +190,7 @@ pub fn run(w: &Workload) -> Result<RunResult, String> {
         requests: produce_requests,
         bytes: 0,
         allocated: None,
+        version: Some(crate::rdkafka_version()),
     })
 }
 

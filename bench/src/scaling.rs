@@ -270,10 +270,7 @@ pub fn load_average() -> String {
 
 /// A client's name in the charts.
 pub fn who(c: Client) -> &'static str {
-    match c {
-        Client::Ours => "kafkit",
-        Client::Rdkafka => "librdkafka",
-    }
+    c.label()
 }
 
 /// Adds `rates`' records/s and CPU µs per record at `x` to the series `name` of `rate` and `cpu`

@@ -470,6 +470,9 @@ impl GroupResult {
 
 /// Runs one client's group in a child process: `kafkit-bench group-read --client C ...`.
 pub fn run_child(client: Client, w: &GroupWorkload) -> Result<GroupResult, String> {
+    if crate::external::is_external(client) {
+        return Err(crate::external::NOT_SUPPORTED.to_string());
+    }
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let mut args = vec![
         "group-read".to_string(),

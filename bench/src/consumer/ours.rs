@@ -129,6 +129,7 @@ async fn read(w: &ReadWorkload) -> Result<RunResult, String> {
         requests: Some(stats.fetch_requests.values().sum()),
         bytes: tally.bytes,
         allocated: None,
+        version: Some(crate::ours_version()),
     })
 }
 

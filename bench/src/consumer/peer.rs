@@ -176,6 +176,7 @@ pub fn run(w: &ReadWorkload) -> Result<RunResult, String> {
         requests: fetch_requests,
         bytes: tally.bytes,
         allocated: None,
+        version: Some(crate::rdkafka_version()),
     })
 }
 

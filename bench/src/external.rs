@@ -120,7 +120,7 @@ mod tests {
             &["client".into(), "--client".into(), "franz-go".into()],
         );
         if std::env::var_os(GO_ENV).is_none() {
-            let e = e.err().expect("an error");
+            let e = e.expect_err("an error");
             assert!(e.contains(GO_ENV) && e.contains("go-peer"), "{e}");
         }
         assert!(run(Client::Java, &["encode".into()]).is_err());

@@ -57,6 +57,7 @@ mod json;
 mod meter;
 mod ours;
 mod peer;
+mod report;
 mod scaling;
 mod share;
 mod svg;
@@ -105,6 +106,9 @@ enum Cmd {
     /// What kafkit's metrics cost per record: the Writer and the Reader with the `metrics`
     /// feature off, on, and on with the Prometheus recorder, alternating in one run.
     Meter(meter::MeterArgs),
+    /// The tables and charts of a results file (`--json`): every client per case, and kafkit
+    /// against the best peer.
+    Report(report::ReportArgs),
     /// One producer run in this process, for the parent (`producer`); prints one RESULT line.
     #[command(hide = true)]
     Client {
@@ -627,6 +631,7 @@ fn main() -> ExitCode {
         Cmd::Encode(args) => exit_code(encode::run(&args)),
         Cmd::Meter(args) => exit_code(meter::run(&args)),
         Cmd::Consumer(args) => exit_code(consumer::run(&args)),
+        Cmd::Report(args) => exit_code(report::run(&args)),
     }
 }
 

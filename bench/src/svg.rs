@@ -20,8 +20,8 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 190.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
-const COLORS: [&str; 6] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+const COLORS: [&str; 7] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
 ];
 
 /// The chart as SVG text. `note` is printed under the title (e.g. the load average). The x axis
@@ -168,6 +168,144 @@ pub fn line_chart(
             lx + 30.0,
             ly + 4.0,
             escape(&s.name)
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// One group of bars (a case): its label and one value per client, in the chart's client
+/// order (None: no figure, e.g. a client that cannot run the case).
+pub struct BarGroup {
+    /// The case, shown left of its bars.
+    pub label: String,
+    /// `(value, low, high)` per client: the median and the range over the repeats.
+    pub values: Vec<Option<(f64, f64, f64)>>,
+}
+
+/// A horizontal grouped bar chart: one group per case, one bar per client (the colours in the
+/// legend), each bar with its value printed and a whisker for its range; x from 0.
+pub fn bar_chart(
+    title: &str,
+    x_label: &str,
+    note: &str,
+    clients: &[String],
+    groups: &[BarGroup],
+) -> String {
+    const LABEL_W: f64 = 230.0;
+    const BAR_H: f64 = 12.0;
+    const GAP: f64 = 14.0;
+    let width = 900.0;
+    let plot_w = width - LABEL_W - 150.0;
+    let group_h = BAR_H * clients.len().max(1) as f64 + GAP;
+    let height = TOP + 30.0 + group_h * groups.len() as f64 + 50.0;
+    let x_max = nice_ceiling(
+        groups
+            .iter()
+            .flat_map(|g| g.values.iter().flatten().map(|v| v.2.max(v.0)))
+            .fold(0.0_f64, f64::max),
+    );
+    let px = |x: f64| LABEL_W + x / x_max * plot_w;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(
+        out,
+        r#"<rect width="{width}" height="{height:.0}" fill="white"/>"#
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="10" y="18" font-size="15" font-weight="bold">{}</text>"#,
+        escape(title)
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="10" y="33" fill="#666">{}</text>"##,
+        escape(note)
+    );
+    let plot_top = TOP + 10.0;
+    let plot_bottom = plot_top + group_h * groups.len() as f64;
+    for i in 0..=5 {
+        let x = x_max * f64::from(i) / 5.0;
+        let xx = px(x);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{xx:.1}" y1="{plot_top:.1}" x2="{xx:.1}" y2="{plot_bottom:.1}" stroke="#ddd"/><text x="{xx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            plot_bottom + 14.0,
+            format_number(x)
+        );
+    }
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        LABEL_W + plot_w / 2.0,
+        plot_bottom + 32.0,
+        escape(x_label)
+    );
+    for (g, group) in groups.iter().enumerate() {
+        let top = plot_top + group_h * g as f64 + GAP / 2.0;
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LABEL_W - 8.0,
+            top + BAR_H * clients.len() as f64 / 2.0 + 4.0,
+            escape(&group.label)
+        );
+        for (c, value) in group.values.iter().enumerate() {
+            let y = top + BAR_H * c as f64;
+            let color = COLORS[c % COLORS.len()];
+            match value {
+                Some((v, lo, hi)) => {
+                    let _ = writeln!(
+                        out,
+                        r#"<rect x="{LABEL_W}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{color}"><title>{}: {}</title></rect>"#,
+                        (px(*v) - LABEL_W).max(0.5),
+                        BAR_H - 2.0,
+                        escape(&clients[c]),
+                        format_number(*v)
+                    );
+                    if hi > lo {
+                        let _ = writeln!(
+                            out,
+                            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="black"/>"#,
+                            px(*lo),
+                            y + BAR_H / 2.0 - 1.0,
+                            px(*hi),
+                            y + BAR_H / 2.0 - 1.0
+                        );
+                    }
+                    let _ = writeln!(
+                        out,
+                        r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+                        px(v.max(*hi)) + 4.0,
+                        y + BAR_H - 3.0,
+                        format_number(*v)
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        r##"<text x="{:.1}" y="{:.1}" fill="#999">n/a</text>"##,
+                        LABEL_W + 4.0,
+                        y + BAR_H - 3.0
+                    );
+                }
+            }
+        }
+    }
+    for (c, name) in clients.iter().enumerate() {
+        let ly = plot_top + 6.0 + 16.0 * c as f64;
+        let lx = width - 140.0;
+        let _ = writeln!(
+            out,
+            r#"<rect x="{lx:.1}" y="{:.1}" width="14" height="10" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            ly - 9.0,
+            COLORS[c % COLORS.len()],
+            lx + 20.0,
+            ly,
+            escape(name)
         );
     }
     out.push_str("</svg>\n");

@@ -79,11 +79,17 @@ pub struct ConsumerArgs {
     /// tansu's bootstrap address; without it the `tansu` cases are skipped.
     #[arg(long)]
     tansu: Option<String>,
+    /// Apache Kafka's bootstrap address (one broker); without it the `kafka` cases are skipped.
+    #[arg(long)]
+    kafka: Option<String>,
+    /// Appends every run, as one JSON object per line, to this file (see `json.rs`).
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
     /// Brokers to run on (default: tansu and mock).
     #[arg(long, value_enum, value_delimiter = ',')]
     cases: Vec<ReadCase>,
     /// Clients to run, in this order in the first repeat (default: ours then rdkafka); the
-    /// order is reversed in every other repeat.
+    /// order rotates by one in every repeat.
     #[arg(long, value_enum, value_delimiter = ',')]
     clients: Vec<Client>,
     /// Runs of each client per case.
@@ -122,6 +128,8 @@ pub enum ReadCase {
     Tansu,
     /// librdkafka's mock cluster, 3 brokers.
     Mock,
+    /// Apache Kafka, one broker (`--kafka`).
+    Kafka,
 }
 
 impl ReadCase {
@@ -129,6 +137,16 @@ impl ReadCase {
         match self {
             ReadCase::Tansu => "tansu",
             ReadCase::Mock => "mock",
+            ReadCase::Kafka => "kafka",
+        }
+    }
+
+    /// The broker, for the JSON of a run.
+    fn broker(self) -> String {
+        match self {
+            ReadCase::Tansu => "tansu 0.6 (1 broker)".to_string(),
+            ReadCase::Mock => "librdkafka mock (3 brokers)".to_string(),
+            ReadCase::Kafka => format!("Apache Kafka {} (1 broker)", crate::kafka_version()),
         }
     }
 }
@@ -417,6 +435,38 @@ struct Row {
     result: Result<RunResult, String>,
 }
 
+/// One consumer row as JSON: the case, the client, the fetch settings every client was given,
+/// the machine and the figures.
+fn row_json(args: &ConsumerArgs, row: &Row) -> serde_json::Value {
+    let s = &args.settings;
+    crate::json::merge(&[
+        serde_json::json!({
+            "bench": "consumer",
+            "unix_time": crate::json::now(),
+            "commit": std::env::var("KAFKIT_BENCH_COMMIT").ok(),
+            "machine": crate::json::machine(),
+            "broker": row.case.broker(),
+            "case": row.case.name(),
+            "client": row.client.label(),
+            "partitions": row.partitions,
+            "records": row.records,
+            "tasks": row.tasks,
+            "repeat": row.repeat,
+            "batch_records": row.batch_records,
+            "settings": {
+                "value_size": args.value_size,
+                "fetch_min_bytes": s.fetch_min_bytes,
+                "fetch_max_wait_ms": s.fetch_max_wait_ms,
+                "max_partition_fetch_bytes": s.max_partition_fetch_bytes,
+                "fetch_max_bytes": s.fetch_max_bytes,
+                "queued_max_kbytes": s.queued_max_kbytes,
+                "check_crcs": s.check_crcs,
+            },
+        }),
+        crate::json::figures(&row.result),
+    ])
+}
+
 /// The 1-minute load average.
 pub(crate) fn load_now() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
@@ -428,7 +478,7 @@ pub(crate) fn load_now() -> f64 {
 /// Records a case reads: `records`, or on the mock what its partitions can hold (rounded down
 /// to 10,000).
 fn case_records(case: ReadCase, args: &ConsumerArgs, partitions: i32) -> u64 {
-    if case == ReadCase::Tansu {
+    if case != ReadCase::Mock {
         return args.records;
     }
     let per_partition = MOCK_PARTITION_BYTES / (args.value_size as u64 + RECORD_OVERHEAD);
@@ -504,6 +554,13 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                 Some(m) => (m.bootstrap_servers(), Some(m)),
                 None => continue,
             },
+            ReadCase::Kafka => match &args.kafka {
+                Some(b) => (b.clone(), None),
+                None => {
+                    eprintln!("kafkit-bench: no --kafka given, skipping the kafka cases");
+                    continue;
+                }
+            },
         };
         for &partitions in &partitions {
             let records = case_records(case, args, partitions);
@@ -530,7 +587,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                     ))
                 })
                 .and_then(|batch_records| match case {
-                    ReadCase::Mock => {
+                    ReadCase::Mock | ReadCase::Kafka => {
                         check_fill(&runtime, &bootstrap, &topic, records).map(|()| batch_records)
                     }
                     // tansu 0.6 under-reports end offsets after many batches (see the
@@ -560,9 +617,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
             }
             for repeat in 0..args.repeat {
                 let mut order = clients.clone();
-                if repeat % 2 == 1 {
-                    order.reverse();
-                }
+                order.rotate_left(repeat % clients.len().max(1));
                 // Every task count, each for every client in turn (so both clients of a count
                 // run under the same load).
                 let each = args
@@ -595,7 +650,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                     if let Err(e) = &result {
                         eprintln!("kafkit-bench: {} / {}: {e}", case.name(), client.name());
                     }
-                    rows.push(Row {
+                    let row = Row {
                         case,
                         partitions,
                         records,
@@ -605,7 +660,11 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                         load,
                         batch_records,
                         result,
-                    });
+                    };
+                    if let Some(path) = &args.json {
+                        crate::json::append(path, &row_json(args, &row))?;
+                    }
+                    rows.push(row);
                 }
             }
         }
@@ -627,9 +686,9 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
         }
     }
     Ok(!fill_failed
-        && rows
-            .iter()
-            .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)))
+        && rows.iter().all(|r| {
+            matches!(&r.result, Ok(x) if x.failed == 0) || crate::is_not_supported(&r.result)
+        }))
 }
 
 /// The group runs of one case: each client's group, `--repeat` times (the order alternates),

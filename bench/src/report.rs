@@ -1,0 +1,391 @@
+//! `kafkit-bench report --json FILE [--svg DIR]`: the tables and charts of a results file (the
+//! JSON lines `--json` appends, such as those committed under `docs/bench/`). Runs are grouped
+//! by bench, case, partition count and the settings that differ between runs (acks,
+//! idempotence, transactions, compression); for each client the median and the range over its
+//! repeats of records/s and of CPU µs per record, then kafkit against the best peer of each
+//! case. With `--svg DIR` it draws `<bench>-cross-records-per-second.svg` and
+//! `<bench>-cross-cpu-per-record.svg` (one bar per client per case).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::Value;
+
+use crate::svg;
+
+/// Options of `report`.
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The results file (JSON lines, as `--json` writes them).
+    #[arg(long)]
+    json: PathBuf,
+    /// Writes the charts into this directory.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+}
+
+/// The clients in the order of the tables and charts (those with runs in the file).
+const ORDER: [&str; 6] = [
+    "kafkit",
+    "librdkafka",
+    "krafka",
+    "franz-go",
+    "kafka-go",
+    "Java",
+];
+
+/// One case: what its runs share.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    bench: String,
+    broker: String,
+    case: String,
+    partitions: i64,
+    settings: String,
+}
+
+impl Key {
+    fn of(v: &Value) -> Key {
+        let s = &v["settings"];
+        let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+        let settings = if v["bench"] == "producer" {
+            let mut parts = vec![format!("acks={}", text("acks"))];
+            if s["idempotence"].as_bool() == Some(true) {
+                parts.push("idempotent".into());
+            }
+            if let Some(n) = s["transaction_records"].as_u64() {
+                parts.push(format!("txn/{n}"));
+            }
+            parts.push(text("compression"));
+            parts.join(", ")
+        } else {
+            String::new()
+        };
+        Key {
+            bench: v["bench"].as_str().unwrap_or_default().to_string(),
+            broker: v["broker"].as_str().unwrap_or_default().to_string(),
+            case: v["case"].as_str().unwrap_or_default().to_string(),
+            partitions: v["partitions"].as_i64().unwrap_or_default(),
+            settings,
+        }
+    }
+
+    fn label(&self) -> String {
+        let mut l = format!("{} p", self.partitions);
+        if !self.settings.is_empty() {
+            let _ = write!(l, ", {}", self.settings);
+        }
+        if !self.case.starts_with("kafka") {
+            l = format!("{} {l}", self.case);
+        }
+        l
+    }
+}
+
+/// A client's runs of one case.
+#[derive(Default, Debug)]
+struct Cell {
+    rates: Vec<f64>,
+    cpu: Vec<f64>,
+    requests: Vec<f64>,
+    failed: usize,
+    runs: usize,
+    version: Option<String>,
+    /// The first error, when every run failed (e.g. "n/a: ...").
+    error: Option<String>,
+}
+
+/// (median, low, high) of `v` (None when empty).
+fn spread(v: &[f64]) -> Option<(f64, f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let median = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        f64::midpoint(s[n / 2 - 1], s[n / 2])
+    };
+    Some((median, s[0], s[n - 1]))
+}
+
+type Cases = BTreeMap<Key, BTreeMap<String, Cell>>;
+
+fn collect(runs: &[Value]) -> Cases {
+    let mut cases: Cases = BTreeMap::new();
+    for v in runs {
+        let client = v["client"].as_str().unwrap_or("?").to_string();
+        let cell = cases
+            .entry(Key::of(v))
+            .or_default()
+            .entry(client)
+            .or_default();
+        cell.runs += 1;
+        if v["version"].is_string() {
+            cell.version = v["version"].as_str().map(str::to_string);
+        }
+        let ok = v["ok"].as_bool() == Some(true);
+        match (v["records_per_s"].as_f64(), v["cpu_us_per_record"].as_f64()) {
+            (Some(r), Some(c)) if ok => {
+                cell.rates.push(r);
+                cell.cpu.push(c);
+                if let Some(q) = v["requests"].as_f64() {
+                    cell.requests.push(q);
+                }
+            }
+            _ => {
+                cell.failed += 1;
+                if cell.error.is_none() {
+                    cell.error = v["error"].as_str().map(str::to_string);
+                }
+            }
+        }
+    }
+    cases
+}
+
+fn clients_in(cases: &Cases) -> Vec<String> {
+    let mut seen: Vec<String> = ORDER
+        .iter()
+        .filter(|c| cases.values().any(|m| m.contains_key(**c)))
+        .map(|c| (*c).to_string())
+        .collect();
+    for m in cases.values() {
+        for c in m.keys() {
+            if !seen.contains(c) {
+                seen.push(c.clone());
+            }
+        }
+    }
+    seen
+}
+
+fn fmt_rate(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} M", v / 1e6)
+    } else {
+        format!("{:.0} k", v / 1e3)
+    }
+}
+
+/// The Markdown tables of `runs`: every case's clients, then kafkit against the best peer.
+fn tables(runs: &[Value]) -> String {
+    let cases = collect(runs);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| bench | broker | case | client | version | records/s (median) | range | CPU µs / record (median) | range | requests (median) | runs |"
+    );
+    let _ = writeln!(
+        out,
+        "| --- | --- | --- | --- | --- | ---: | --- | ---: | --- | ---: | ---: |"
+    );
+    for (key, cells) in &cases {
+        for client in clients_in(&cases) {
+            let Some(cell) = cells.get(&client) else {
+                continue;
+            };
+            let version = cell.version.as_deref().unwrap_or("-");
+            let runs = if cell.failed > 0 {
+                format!("{} ({} failed)", cell.runs, cell.failed)
+            } else {
+                cell.runs.to_string()
+            };
+            let head = format!(
+                "| {} | {} | {} | {client} | {version} |",
+                key.bench,
+                key.broker,
+                key.label()
+            );
+            match (spread(&cell.rates), spread(&cell.cpu)) {
+                (Some(r), Some(c)) => {
+                    let q =
+                        spread(&cell.requests).map_or("-".to_string(), |q| format!("{:.0}", q.0));
+                    let _ = writeln!(
+                        out,
+                        "{head} {} | {}–{} | {:.2} | {:.2}–{:.2} | {q} | {runs} |",
+                        fmt_rate(r.0),
+                        fmt_rate(r.1),
+                        fmt_rate(r.2),
+                        c.0,
+                        c.1,
+                        c.2
+                    );
+                }
+                _ => {
+                    let why = cell.error.as_deref().unwrap_or("failed").replace('|', "/");
+                    let _ = writeln!(out, "{head} {why} | | | | | {runs} |");
+                }
+            }
+        }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "| bench | case | best peer (records/s) | kafkit ÷ best peer, records/s | best peer (CPU) | best peer's CPU ÷ kafkit's |"
+    );
+    let _ = writeln!(out, "| --- | --- | --- | ---: | --- | ---: |");
+    for (key, cells) in &cases {
+        let median = |c: &Cell, f: fn(&Cell) -> &Vec<f64>| spread(f(c)).map(|s| s.0);
+        let Some(ours) = cells.get("kafkit") else {
+            continue;
+        };
+        let (Some(our_rate), Some(our_cpu)) =
+            (median(ours, |c| &c.rates), median(ours, |c| &c.cpu))
+        else {
+            continue;
+        };
+        let peers = cells.iter().filter(|(n, _)| n.as_str() != "kafkit");
+        let best_rate = peers
+            .clone()
+            .filter_map(|(n, c)| median(c, |c| &c.rates).map(|r| (n, r)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let best_cpu = peers
+            .filter_map(|(n, c)| median(c, |c| &c.cpu).map(|r| (n, r)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let (Some((rn, r)), Some((cn, c))) = (best_rate, best_cpu) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {rn} | {:.2}x | {cn} | {:.2}x |",
+                key.bench,
+                key.label(),
+                our_rate / r,
+                c / our_cpu
+            );
+        }
+    }
+    out
+}
+
+/// The bar charts of one bench: records/s and CPU µs per record, one bar per client per case.
+fn charts(runs: &[Value], bench: &str) -> Vec<(String, String)> {
+    let runs: Vec<Value> = runs
+        .iter()
+        .filter(|v| v["bench"] == bench)
+        .cloned()
+        .collect();
+    if runs.is_empty() {
+        return Vec::new();
+    }
+    let cases = collect(&runs);
+    let clients = clients_in(&cases);
+    let machine = runs[0]["machine"]["cores"].as_u64().unwrap_or(0);
+    let broker = runs[0]["broker"].as_str().unwrap_or_default().to_string();
+    let note = format!(
+        "{broker}; {machine} cores shared by the broker and the client; median of the repeats, whisker: range"
+    );
+    let groups = |pick: fn(&Cell) -> &Vec<f64>| -> Vec<svg::BarGroup> {
+        cases
+            .iter()
+            .map(|(key, cells)| svg::BarGroup {
+                label: key.label(),
+                values: clients
+                    .iter()
+                    .map(|c| cells.get(c).and_then(|cell| spread(pick(cell))))
+                    .collect(),
+            })
+            .collect()
+    };
+    let title = |what: &str| {
+        let b = if bench == "producer" {
+            "Producer"
+        } else {
+            "Consumer"
+        };
+        format!("{b}: {what}")
+    };
+    vec![
+        (
+            format!("{bench}-cross-records-per-second.svg"),
+            svg::bar_chart(
+                &title("records/s (higher is better)"),
+                "records/s",
+                &note,
+                &clients,
+                &groups(|c| &c.rates),
+            ),
+        ),
+        (
+            format!("{bench}-cross-cpu-per-record.svg"),
+            svg::bar_chart(
+                &title("CPU µs per record (lower is better)"),
+                "CPU µs / record (the client's process: user + system)",
+                &note,
+                &clients,
+                &groups(|c| &c.cpu),
+            ),
+        ),
+    ]
+}
+
+/// Prints the tables of the results file and, with `--svg`, writes the charts.
+///
+/// Errors: the file cannot be read, or a chart cannot be written.
+pub fn run(args: &ReportArgs) -> Result<bool, String> {
+    let runs = crate::json::read(&args.json)?;
+    print!("{}", tables(&runs));
+    if let Some(dir) = &args.svg {
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        for bench in ["producer", "consumer"] {
+            for (file, svg) in charts(&runs, bench) {
+                let path = dir.join(file);
+                std::fs::write(&path, svg).map_err(|e| format!("write {}: {e}", path.display()))?;
+                eprintln!("kafkit-bench: wrote {}", path.display());
+            }
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn run(client: &str, rate: f64, cpu: f64) -> Value {
+        json!({
+            "bench": "producer", "broker": "Apache Kafka 4.4.0 (1 broker)", "case": "kafka",
+            "partitions": 48, "client": client, "ok": true, "version": format!("{client}@1"),
+            "records_per_s": rate, "cpu_us_per_record": cpu, "requests": 10,
+            "machine": {"cores": 2},
+            "settings": {"acks": "1", "idempotence": false, "compression": "none"},
+        })
+    }
+
+    #[test]
+    fn medians_ranges_and_the_best_peer() {
+        let runs = vec![
+            run("kafkit", 3e6, 0.3),
+            run("kafkit", 2e6, 0.5),
+            run("kafkit", 4e6, 0.4),
+            run("librdkafka", 1e6, 1.5),
+            run("franz-go", 1.5e6, 1.0),
+            json!({"bench": "producer", "broker": "Apache Kafka 4.4.0 (1 broker)",
+                   "case": "kafka", "partitions": 48, "client": "kafka-go", "ok": false,
+                   "error": "n/a: the client cannot run this workload",
+                   "settings": {"acks": "1", "idempotence": false, "compression": "none"}}),
+        ];
+        let t = tables(&runs);
+        assert!(
+            t.contains(
+                "| kafkit | kafkit@1 | 3.00 M | 2.00 M–4.00 M | 0.40 | 0.30–0.50 | 10 | 3 |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| kafka-go | - | n/a: the client cannot run this workload |"),
+            "{t}"
+        );
+        // Best peer by rate: franz-go (1.5 M): 3.0 / 1.5 = 2x; by CPU: franz-go (1.0): 1.0 / 0.4.
+        assert!(t.contains("| franz-go | 2.00x | franz-go | 2.50x |"), "{t}");
+        let c = charts(&runs, "producer");
+        assert_eq!(c.len(), 2);
+        assert!(c[0].1.contains("n/a") && c[0].1.contains("franz-go"));
+        assert!(charts(&runs, "consumer").is_empty());
+    }
+}

@@ -924,6 +924,11 @@ fn produce_once(
             client.name()
         );
     }
+    if matches!(case, Case::Kafka | Case::KafkaTxn) {
+        // One broker holds every run's topic: thousands of partitions left behind would slow
+        // the runs after (each has its log and index files).
+        delete_topic(runtime, run.bootstrap, &topic);
+    }
     Row {
         case,
         broker: run.broker.to_string(),
@@ -970,6 +975,31 @@ fn producer_json(args: &ProducerArgs, row: &Row, repeat: u32) -> serde_json::Val
         }),
         json::figures(&row.result),
     ])
+}
+
+/// Deletes `topic` (DeleteTopics through a connection to `bootstrap`); a failure is only
+/// printed: the run's figures stand.
+pub(crate) fn delete_topic(runtime: &tokio::runtime::Runtime, bootstrap: &str, topic: &str) {
+    let outcome: Result<(), String> = runtime.block_on(async {
+        let first = bootstrap.split(',').next().unwrap_or_default();
+        let conn = kafkit::Dialer::builder()
+            .client_id("kafkit-bench-admin")
+            .build()
+            .dial(first)
+            .await
+            .map_err(|e| format!("dial {first}: {e}"))?;
+        for (_, r) in conn
+            .delete_topics(&[topic])
+            .await
+            .map_err(|e| format!("DeleteTopics: {e}"))?
+        {
+            r.map_err(|e| format!("DeleteTopics {topic}: {e}"))?;
+        }
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        eprintln!("kafkit-bench: could not delete {topic}: {e}");
+    }
 }
 
 /// The Kafka version of the rig's broker, for the tables (`cargo xtask bench` sets

@@ -613,6 +613,9 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
             };
             if args.group {
                 group_rows.extend(run_groups(args, case, &clients, &workload));
+                if case == ReadCase::Kafka {
+                    crate::delete_topic(&runtime, &bootstrap, &workload.topic);
+                }
                 continue;
             }
             for repeat in 0..args.repeat {
@@ -666,6 +669,10 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                     }
                     rows.push(row);
                 }
+            }
+            if case == ReadCase::Kafka {
+                // One broker holds every case's topic (see the producer bench).
+                crate::delete_topic(&runtime, &bootstrap, &workload.topic);
             }
         }
     }

@@ -102,6 +102,9 @@ func parse(fs *flag.FlagSet, c *common, args []string) error {
 			return fmt.Errorf("--%s is required", name)
 		}
 	}
+	if c.client != "franz-go" && c.client != "kafka-go" {
+		return fmt.Errorf("unknown --client %q (franz-go or kafka-go)", c.client)
+	}
 	if c.partitions <= 0 || c.records <= 0 || c.valueSize < 0 {
 		return fmt.Errorf("--partitions and --records must be positive, --value-size not negative")
 	}

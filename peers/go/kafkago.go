@@ -81,9 +81,6 @@ func kafkaGoWriter(o produceOpts, balancer kafka.Balancer, completion func([]kaf
 }
 
 func kafkaGoProduce(o produceOpts) (result, error) {
-	if o.txnRecords > 0 || o.idempotence {
-		return result{}, fmt.Errorf("kafka-go has no idempotent producer nor transactions: %w", errUnsupported)
-	}
 	var (
 		delivered, failed atomic.Int64
 		first             firstError

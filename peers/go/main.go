@@ -76,6 +76,12 @@ func main() {
 }
 
 func produce(o produceOpts) (result, error) {
+	if o.client == "kafka-go" && (o.txnRecords > 0 || o.idempotence) {
+		return result{}, fmt.Errorf("kafka-go has no idempotent producer nor transactions: %w", errUnsupported)
+	}
+	if err := waitTopic(&o.common); err != nil {
+		return result{}, err
+	}
 	switch o.client {
 	case "franz-go":
 		return franzProduce(o)
@@ -86,6 +92,9 @@ func produce(o produceOpts) (result, error) {
 }
 
 func consume(o consumeOpts) (result, error) {
+	if err := waitTopic(&o.common); err != nil {
+		return result{}, err
+	}
 	switch o.client {
 	case "franz-go":
 		return franzConsume(o)

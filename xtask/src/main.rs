@@ -6,6 +6,7 @@ mod codegen;
 mod demo;
 mod examples;
 mod fuzz;
+mod go_peer;
 mod java_peer;
 mod kafka;
 mod kafka_telemetry;
@@ -110,6 +111,9 @@ enum Command {
     /// Build the Java peer of the tests (peers/java, on kafka-clients 4.4) with Maven unless it
     /// is built, and print its class path (for KAFKIT_JAVA_PEER_CP).
     JavaPeer,
+    /// Build the Go peer of the benches (peers/go, on franz-go and segmentio/kafka-go) with the
+    /// `go` on PATH unless it is built, and print the binary's path.
+    GoPeer,
     /// Build the examples (package kafkit-examples) and run each against running brokers,
     /// checking its output, as the gate's `examples` step does (e.g. `cargo xtask examples
     /// --tansu 127.0.0.1:19092 --kafka 127.0.0.1:29092`).
@@ -282,6 +286,7 @@ fn main() {
             reliability::run("capture", &args)
         }
         Command::JavaPeer => java_peer::build().map(|cp| println!("{cp}")),
+        Command::GoPeer => go_peer::build().map(|bin| println!("{}", bin.display())),
         Command::Examples { tansu, kafka } => {
             let brokers: Vec<(&str, &str)> = [
                 ("tansu", tansu.as_deref()),

@@ -10,6 +10,7 @@ mod java_peer;
 mod kafka;
 mod kafka_telemetry;
 mod kafka_tls;
+mod krafka_peer;
 mod reliability;
 mod sasl_broker;
 mod test;
@@ -110,6 +111,9 @@ enum Command {
     /// Build the Java peer of the tests (peers/java, on kafka-clients 4.4) with Maven unless it
     /// is built, and print its class path (for KAFKIT_JAVA_PEER_CP).
     JavaPeer,
+    /// Build the krafka peer of the benchmarks (peers/krafka, a Cargo package of its own on
+    /// krafka 0.28) in release mode into target/tools/krafka-peer and print its path.
+    KrafkaPeer,
     /// Build the examples (package kafkit-examples) and run each against running brokers,
     /// checking its output, as the gate's `examples` step does (e.g. `cargo xtask examples
     /// --tansu 127.0.0.1:19092 --kafka 127.0.0.1:29092`).
@@ -282,6 +286,7 @@ fn main() {
             reliability::run("capture", &args)
         }
         Command::JavaPeer => java_peer::build().map(|cp| println!("{cp}")),
+        Command::KrafkaPeer => krafka_peer::build().map(|bin| println!("{bin}")),
         Command::Examples { tansu, kafka } => {
             let brokers: Vec<(&str, &str)> = [
                 ("tansu", tansu.as_deref()),

@@ -188,7 +188,8 @@ impl Args {
     }
 
     fn need(&self, name: &str) -> Result<&str, CannotRun> {
-        self.get(name).ok_or_else(|| format!("--{name} is required"))
+        self.get(name)
+            .ok_or_else(|| format!("--{name} is required"))
     }
 
     fn num<T: std::str::FromStr>(&self, name: &str, otherwise: T) -> Result<T, CannotRun> {
@@ -297,7 +298,11 @@ async fn produce(a: Args) -> Result<Outcome, CannotRun> {
         "snappy" => Compression::Snappy,
         "lz4" => Compression::Lz4,
         "zstd" => Compression::Zstd,
-        other => return Err(format!("--compression {other}: none, gzip, snappy, lz4 or zstd")),
+        other => {
+            return Err(format!(
+                "--compression {other}: none, gzip, snappy, lz4 or zstd"
+            ));
+        }
     };
     let linger = Duration::from_millis(a.num("linger-ms", 5)?);
 
@@ -353,7 +358,10 @@ async fn produce(a: Args) -> Result<Outcome, CannotRun> {
     }
     if txn {
         if run.tasks > 1 {
-            eprintln!("krafka peer: --tasks {} with transactions: runs 1", run.tasks);
+            eprintln!(
+                "krafka peer: --tasks {} with transactions: runs 1",
+                run.tasks
+            );
         }
         produce_txn(builder, &run).await
     } else {
@@ -387,7 +395,12 @@ impl Acked {
 }
 
 async fn produce_plain(builder: ProducerBuilder, run: ProduceRun) -> Result<Outcome, CannotRun> {
-    let producer = Arc::new(builder.build().await.map_err(|e| format!("producer: {e}"))?);
+    let producer = Arc::new(
+        builder
+            .build()
+            .await
+            .map_err(|e| format!("producer: {e}"))?,
+    );
     let have = producer
         .partitions_for(&run.topic)
         .await
@@ -430,7 +443,9 @@ async fn produce_plain(builder: ProducerBuilder, run: ProduceRun) -> Result<Outc
         .map_err(|e| format!("acknowledgement task: {e}"))?;
     let wall = t0.elapsed();
     let cpu = cpu_since(cpu0);
-    let _ = producer.close_with(krafka::CloseOptions::new().timeout(Duration::from_secs(10))).await;
+    let _ = producer
+        .close_with(krafka::CloseOptions::new().timeout(Duration::from_secs(10)))
+        .await;
     Ok(Outcome {
         delivered: settled.delivered,
         failed: settled.failed + acked.failed,
@@ -492,7 +507,9 @@ async fn produce_txn(builder: ProducerBuilder, run: &ProduceRun) -> Result<Outco
     }
     let wall = t0.elapsed();
     let cpu = cpu_since(cpu0);
-    let _ = producer.close_with(krafka::CloseOptions::new().timeout(Duration::from_secs(10))).await;
+    let _ = producer
+        .close_with(krafka::CloseOptions::new().timeout(Duration::from_secs(10)))
+        .await;
     Ok(Outcome {
         delivered: acked.delivered,
         failed: acked.failed,
@@ -597,7 +614,10 @@ async fn consume(a: Args) -> Result<Outcome, CannotRun> {
         );
         builder = builder.max_buffered_records(cap as i32);
     }
-    let consumer = builder.build().await.map_err(|e| format!("consumer: {e}"))?;
+    let consumer = builder
+        .build()
+        .await
+        .map_err(|e| format!("consumer: {e}"))?;
     let have = consumer
         .fetch_metadata(Some(&topic))
         .await
@@ -655,7 +675,10 @@ async fn consume(a: Args) -> Result<Outcome, CannotRun> {
         for r in batch {
             came += 1;
             let wrong = if r.partition < 0 || r.partition >= partitions {
-                Some(format!("record from partition {} of {partitions}", r.partition))
+                Some(format!(
+                    "record from partition {} of {partitions}",
+                    r.partition
+                ))
             } else {
                 let p = r.partition as usize;
                 let expect = next[p];
@@ -692,7 +715,9 @@ async fn consume(a: Args) -> Result<Outcome, CannotRun> {
     let wall = last - t0;
     let cpu = cpu_since(cpu0);
     let requests = consumer.metrics().consumer.fetches - fetches0;
-    let _ = consumer.close_with(krafka::CloseOptions::new().timeout(Duration::from_secs(5))).await;
+    let _ = consumer
+        .close_with(krafka::CloseOptions::new().timeout(Duration::from_secs(5)))
+        .await;
     Ok(Outcome {
         delivered,
         failed: bad + records.saturating_sub(came),

@@ -650,6 +650,9 @@ async fn consume(a: Args) -> Result<Outcome, CannotRun> {
             .map_err(|e| format!("seek: {e}"))?;
     }
     let mut last = t0;
+    // CPU time and fetches as of the last record: a run that gives up after 20 s without one
+    // reports its window without the wait.
+    let (mut cpu, mut fetches1) = ((0, 0), fetches0);
     while came < records {
         let batch = match consumer.poll(Duration::from_millis(200)).await {
             Ok(batch) => batch,
@@ -711,10 +714,11 @@ async fn consume(a: Args) -> Result<Outcome, CannotRun> {
                 }
             }
         }
+        cpu = cpu_since(cpu0);
+        fetches1 = consumer.metrics().consumer.fetches;
     }
     let wall = last - t0;
-    let cpu = cpu_since(cpu0);
-    let requests = consumer.metrics().consumer.fetches - fetches0;
+    let requests = fetches1 - fetches0;
     let _ = consumer
         .close_with(krafka::CloseOptions::new().timeout(Duration::from_secs(5)))
         .await;

@@ -113,6 +113,10 @@ final class BenchConsume {
             consumer.seek(tp, 0);
         }
         long last = t0;
+        // CPU time and fetches as of the last record: a run that gives up after 20 s without
+        // one reports its window without the wait.
+        long[] cpu1 = cpu0;
+        long fetches1 = fetches0;
         while (came < records) {
             ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofMillis(200));
             long now = System.nanoTime();
@@ -151,10 +155,11 @@ final class BenchConsume {
                     }
                 }
             }
+            cpu1 = Bench.cpuUs();
+            fetches1 = fetches(consumer);
         }
         long wall = last - t0;
-        long[] cpu1 = Bench.cpuUs();
-        long requests = fetches(consumer) - fetches0;
+        long requests = fetches1 - fetches0;
         consumer.close(CloseOptions.timeout(Duration.ofSeconds(5)));
         long failed = bad + Math.max(0, records - came);
         Bench.result(delivered, failed, wall, cpu0, cpu1, requests, bytes, error);

@@ -11,6 +11,7 @@ mod java_peer;
 mod kafka;
 mod kafka_telemetry;
 mod kafka_tls;
+mod krafka_peer;
 mod reliability;
 mod sasl_broker;
 mod test;
@@ -114,6 +115,9 @@ enum Command {
     /// Build the Go peer of the benches (peers/go, on franz-go and segmentio/kafka-go) with the
     /// `go` on PATH unless it is built, and print the binary's path.
     GoPeer,
+    /// Build the krafka peer of the benchmarks (peers/krafka, a Cargo package of its own on
+    /// krafka 0.28) in release mode into target/tools/krafka-peer and print its path.
+    KrafkaPeer,
     /// Build the examples (package kafkit-examples) and run each against running brokers,
     /// checking its output, as the gate's `examples` step does (e.g. `cargo xtask examples
     /// --tansu 127.0.0.1:19092 --kafka 127.0.0.1:29092`).
@@ -287,6 +291,7 @@ fn main() {
         }
         Command::JavaPeer => java_peer::build().map(|cp| println!("{cp}")),
         Command::GoPeer => go_peer::build().map(|bin| println!("{}", bin.display())),
+        Command::KrafkaPeer => krafka_peer::build().map(|bin| println!("{bin}")),
         Command::Examples { tansu, kafka } => {
             let brokers: Vec<(&str, &str)> = [
                 ("tansu", tansu.as_deref()),

@@ -91,6 +91,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *       [--timeout-ms N]}: reads every partition from the start up to the end offsets at start
  *       (the last stable offsets under read_committed); prints each {@code record}, then {@code
  *       done}. {@code consume-committed} is {@code consume --isolation read_committed}.
+ *   <li>{@code produce-bench ...} and {@code consume-bench ...}: kafkit-bench's {@code produce}
+ *       and {@code consume} workloads, flags and {@code RESULT} line as the bench's peer
+ *       contract has them (bench/src; {@link BenchProduce}, {@link BenchConsume}); they print no
+ *       JSON and exit 2 when the run cannot happen.
  * </ul>
  *
  * <p>A failure prints {@code {"event":"error","message":...}} and exits 1.
@@ -102,6 +106,11 @@ public final class Main {
         try {
             if (argv.length == 0) {
                 throw new IllegalArgumentException("usage: COMMAND --name value ...");
+            }
+            // The bench commands follow kafkit-bench's peer contract: one RESULT line on stdout,
+            // flags without values, exit 2 when the run cannot happen.
+            if (argv[0].equals("produce-bench") || argv[0].equals("consume-bench")) {
+                Bench.main(argv, argv[0].equals("produce-bench"));
             }
             Map<String, String> args = options(argv);
             switch (argv[0]) {

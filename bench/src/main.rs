@@ -1036,22 +1036,69 @@ fn create_topic(
                 .map_err(|e| format!("mock create_topic: {e}"))?;
             Ok(())
         }
-        None => runtime.block_on(async {
+        None => runtime
+            .block_on(async {
+                let conn = kafkit::Dialer::builder()
+                    .client_id("kafkit-bench-admin")
+                    .build()
+                    .dial(bootstrap)
+                    .await
+                    .map_err(|e| format!("dial {bootstrap}: {e}"))?;
+                let results = conn
+                    .create_topics(&[kafkit::admin::NewTopic::new(topic, partitions, 1)], false)
+                    .await
+                    .map_err(|e| format!("CreateTopics: {e}"))?;
+                for (_, r) in results {
+                    r.map_err(|e| format!("CreateTopics {topic}: {e}"))?;
+                }
+                Ok(())
+            })
+            .and_then(|()| wait_usable(runtime, bootstrap, topic, partitions)),
+    }
+}
+
+/// Waits (up to 30 s) until every partition of the new `topic` has a leader that answers
+/// ListOffsets, so that no client's window includes the topic's creation (Kafka elects the
+/// leaders of a new topic's partitions after CreateTopics answers).
+///
+/// Errors: the topic is not usable after 30 s.
+fn wait_usable(
+    runtime: &tokio::runtime::Runtime,
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let led = runtime.block_on(async {
+            let first = bootstrap.split(',').next().unwrap_or_default();
             let conn = kafkit::Dialer::builder()
-                .client_id("kafkit-bench-admin")
+                .client_id("kafkit-bench-check")
                 .build()
-                .dial(bootstrap)
+                .dial(first)
                 .await
-                .map_err(|e| format!("dial {bootstrap}: {e}"))?;
-            let results = conn
-                .create_topics(&[kafkit::admin::NewTopic::new(topic, partitions, 1)], false)
+                .map_err(|e| format!("dial {first}: {e}"))?;
+            let md = conn
+                .metadata(Some(&[topic]))
                 .await
-                .map_err(|e| format!("CreateTopics: {e}"))?;
-            for (_, r) in results {
-                r.map_err(|e| format!("CreateTopics {topic}: {e}"))?;
-            }
-            Ok(())
-        }),
+                .map_err(|e| format!("metadata: {e}"))?;
+            Ok::<bool, String>(md.topic(topic).is_some_and(|t| {
+                t.partitions.len() == usize::try_from(partitions).unwrap_or(0)
+                    && t.partitions.iter().all(|p| p.leader_id >= 0)
+            }))
+        });
+        let last = match led {
+            Ok(true) => match offsets_sum(runtime, bootstrap, topic, kafkit::OffsetSpec::Latest) {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            },
+            Ok(false) => "partitions without a leader".to_string(),
+            Err(e) => e,
+        };
+        if std::time::Instant::now() >= deadline {
+            return Err(format!("{topic} not usable after 30 s: {last}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -23,6 +23,7 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
     let own_broker = needs_tansu(args) && !args.iter().any(|a| a.starts_with("--tansu"));
     let mut broker = None;
     let mut bench_args = vec![bench.to_string()];
+    let env = peer_env(args)?;
     if own_broker {
         let b = Broker {
             port: crate::test::free_port()?,
@@ -31,13 +32,19 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
         bench_args.extend(["--tansu".to_string(), b.bootstrap()]);
         broker = Some((b, how));
     }
+    let mut kafka = None;
+    if needs_kafka(args) && !has_option(args, "--kafka") {
+        let (k, how, bootstrap) = start_kafka()?;
+        bench_args.extend(["--kafka".to_string(), bootstrap]);
+        kafka = Some((k, how));
+    }
     bench_args.extend(args.iter().cloned());
     if bench == "producer" && !args.iter().any(|a| a.starts_with("--svg")) {
         let dir = repo_root().join("docs").join("img");
         bench_args.extend(["--svg".to_string(), dir.display().to_string()]);
     }
 
-    let status = cargo_run_bench(&bench_args, &[]);
+    let status = cargo_run_bench(&bench_args, &env);
 
     if let Some((b, Started::Spawned)) = &broker {
         if let Err(e) = b.stop() {
@@ -46,7 +53,73 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
             b.forget();
         }
     }
+    stop_kafka(kafka.as_ref());
     status
+}
+
+/// A one-node Apache Kafka 4.4 of the bench's own on a free port, and its bootstrap address.
+///
+/// Errors: Kafka cannot be installed or started.
+fn start_kafka() -> Result<(crate::kafka::Kafka, Started, String), String> {
+    let k = crate::kafka::Kafka {
+        port: crate::test::free_port()?,
+        brokers: 1,
+    };
+    let (how, nodes) = k.start(false)?;
+    let bootstrap = crate::kafka::Kafka::bootstrap(&nodes);
+    Ok((k, how, bootstrap))
+}
+
+/// Stops the Kafka [`start_kafka`] started (one that was running already is left alone).
+fn stop_kafka(kafka: Option<&(crate::kafka::Kafka, Started)>) {
+    if let Some((k, Started::Spawned)) = kafka {
+        if let Err(e) = k.stop() {
+            eprintln!("bench: could not stop Apache Kafka: {e}");
+        } else {
+            k.forget();
+        }
+    }
+}
+
+/// The environment that tells the bench where the external peers the arguments ask for are
+/// (`--clients` naming krafka, franz-go, kafka-go or java), building each first; the commit
+/// being measured (`KAFKIT_BENCH_COMMIT`) for the results file.
+///
+/// Errors: a peer cannot be built (its toolchain is missing, or its build fails).
+fn peer_env(args: &[String]) -> Result<Vec<(&'static str, String)>, String> {
+    let clients = option_value(args, "--clients").unwrap_or_default();
+    let wants = |name: &str| clients.split(',').any(|c| c.trim() == name);
+    let mut env = Vec::new();
+    if wants("java") && std::env::var_os(crate::java_peer::CLASS_PATH_ENV).is_none() {
+        env.push((crate::java_peer::CLASS_PATH_ENV, crate::java_peer::build()?));
+    }
+    if (wants("franz-go") || wants("kafka-go")) && std::env::var_os(GO_PEER_ENV).is_none() {
+        env.push((GO_PEER_ENV, crate::go_peer::build()?.display().to_string()));
+    }
+    if wants("krafka") && std::env::var_os(KRAFKA_PEER_ENV).is_none() {
+        env.push((KRAFKA_PEER_ENV, crate::krafka_peer::build()?));
+    }
+    if let Ok(out) = Command::new("git")
+        .current_dir(repo_root())
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        && out.status.success()
+    {
+        let commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        env.push(("KAFKIT_BENCH_COMMIT", commit));
+    }
+    Ok(env)
+}
+
+/// Environment variable naming the Go peer's binary, read by the bench.
+const GO_PEER_ENV: &str = "KAFKIT_GO_PEER";
+/// Environment variable naming the krafka peer's binary, read by the bench.
+const KRAFKA_PEER_ENV: &str = "KAFKIT_KRAFKA_PEER";
+
+/// Whether `--cases` names a case on Apache Kafka (`kafka`, `kafka-txn`).
+fn needs_kafka(args: &[String]) -> bool {
+    option_value(args, "--cases")
+        .is_some_and(|c| c.split(',').any(|c| c.trim().starts_with("kafka")))
 }
 
 /// `cargo xtask bench share [ARGS]`: `kafkit-bench share --bootstrap ADDR ARGS` with the Java
@@ -68,15 +141,8 @@ pub fn run_share(args: &[String]) -> Result<(), String> {
     let mut bench_args = vec!["share".to_string()];
     let mut kafka = None;
     if !has_option(args, "--bootstrap") {
-        let k = crate::kafka::Kafka {
-            port: crate::test::free_port()?,
-            brokers: 1,
-        };
-        let (how, nodes) = k.start(false)?;
-        bench_args.extend([
-            "--bootstrap".to_string(),
-            crate::kafka::Kafka::bootstrap(&nodes),
-        ]);
+        let (k, how, bootstrap) = start_kafka()?;
+        bench_args.extend(["--bootstrap".to_string(), bootstrap]);
         // The node's CPU over each run's window goes into the tables.
         let pid_file = k.state_dir().join("node-1").join("kafka.pid");
         if let Ok(pid) = std::fs::read_to_string(pid_file) {
@@ -86,13 +152,7 @@ pub fn run_share(args: &[String]) -> Result<(), String> {
     }
     bench_args.extend(args.iter().cloned());
     let status = cargo_run_bench(&bench_args, &env);
-    if let Some((k, Started::Spawned)) = &kafka {
-        if let Err(e) = k.stop() {
-            eprintln!("bench: could not stop Apache Kafka: {e}");
-        } else {
-            k.forget();
-        }
-    }
+    stop_kafka(kafka.as_ref());
     status
 }
 
@@ -163,6 +223,14 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn kafka_is_needed_when_a_case_names_it() {
+        assert!(!super::needs_kafka(&args(&[])));
+        assert!(!super::needs_kafka(&args(&["--cases", "mock,tansu"])));
+        assert!(super::needs_kafka(&args(&["--cases", "kafka"])));
+        assert!(super::needs_kafka(&args(&["--cases=mock,kafka-txn"])));
     }
 
     #[test]

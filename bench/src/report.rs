@@ -3,8 +3,9 @@
 //! by bench, case, partition count and the settings that differ between runs (acks,
 //! idempotence, transactions, compression); for each client the median and the range over its
 //! repeats of records/s and of CPU µs per record, then kafkit against the best peer of each
-//! case. With `--svg DIR` it draws `<bench>-cross-records-per-second.svg` and
-//! `<bench>-cross-cpu-per-record.svg` (one bar per client per case).
+//! case. With `--svg DIR` it draws `<bench>-<P>p-cross-records-per-second.svg` and
+//! `<bench>-<P>p-cross-cpu-per-record.svg` for each partition count P (one bar per client per
+//! case).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -74,8 +75,10 @@ impl Key {
 
     fn label(&self) -> String {
         let mut l = format!("{} p", self.partitions);
-        if !self.settings.is_empty() {
-            let _ = write!(l, ", {}", self.settings);
+        // A transaction is acks=all and idempotent: the label says txn only.
+        let settings = self.settings.replace("acks=all, idempotent, txn", "txn");
+        if !settings.is_empty() {
+            let _ = write!(l, ", {settings}");
         }
         if !self.case.starts_with("kafka") {
             l = format!("{} {l}", self.case);
@@ -261,17 +264,36 @@ fn tables(runs: &[Value]) -> String {
     out
 }
 
-/// The bar charts of one bench: records/s and CPU µs per record, one bar per client per case.
+/// The bar charts of one bench, one pair per partition count (the counts differ by 10-50x in
+/// records/s on one broker, which one scale would hide): records/s and CPU µs per record, one
+/// bar per client per case.
 fn charts(runs: &[Value], bench: &str) -> Vec<(String, String)> {
     let runs: Vec<Value> = runs
         .iter()
         .filter(|v| v["bench"] == bench)
         .cloned()
         .collect();
-    if runs.is_empty() {
-        return Vec::new();
+    let mut counts: Vec<i64> = runs
+        .iter()
+        .filter_map(|v| v["partitions"].as_i64())
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let mut out = Vec::new();
+    for p in counts {
+        let of_p: Vec<Value> = runs
+            .iter()
+            .filter(|v| v["partitions"].as_i64() == Some(p))
+            .cloned()
+            .collect();
+        out.extend(charts_of(&of_p, bench, p));
     }
-    let cases = collect(&runs);
+    out
+}
+
+/// The two charts of `runs`, all of one bench and one partition count `p`.
+fn charts_of(runs: &[Value], bench: &str, p: i64) -> Vec<(String, String)> {
+    let cases = collect(runs);
     let clients = clients_in(&cases);
     let machine = runs[0]["machine"]["cores"].as_u64().unwrap_or(0);
     let broker = runs[0]["broker"].as_str().unwrap_or_default().to_string();
@@ -296,11 +318,11 @@ fn charts(runs: &[Value], bench: &str) -> Vec<(String, String)> {
         } else {
             "Consumer"
         };
-        format!("{b}: {what}")
+        format!("{b}, {p} partitions: {what}")
     };
     vec![
         (
-            format!("{bench}-cross-records-per-second.svg"),
+            format!("{bench}-{p}p-cross-records-per-second.svg"),
             svg::bar_chart(
                 &title("records/s (higher is better)"),
                 "records/s",
@@ -310,7 +332,7 @@ fn charts(runs: &[Value], bench: &str) -> Vec<(String, String)> {
             ),
         ),
         (
-            format!("{bench}-cross-cpu-per-record.svg"),
+            format!("{bench}-{p}p-cross-cpu-per-record.svg"),
             svg::bar_chart(
                 &title("CPU µs per record (lower is better)"),
                 "CPU µs / record (the client's process: user + system)",

@@ -192,14 +192,14 @@ pub fn bar_chart(
     clients: &[String],
     groups: &[BarGroup],
 ) -> String {
-    const LABEL_W: f64 = 230.0;
+    const LABEL_W: f64 = 250.0;
     const BAR_H: f64 = 12.0;
     const GAP: f64 = 14.0;
     let width = 900.0;
     let plot_w = width - LABEL_W - 150.0;
     let group_h = BAR_H * clients.len().max(1) as f64 + GAP;
     let height = TOP + 30.0 + group_h * groups.len() as f64 + 50.0;
-    let x_max = nice_ceiling(
+    let x_max = fine_ceiling(
         groups
             .iter()
             .flat_map(|g| g.values.iter().flatten().map(|v| v.2.max(v.0)))
@@ -312,6 +312,20 @@ pub fn bar_chart(
     out
 }
 
+/// The smallest 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 or 10 times a power of ten at or above `v` (1 for
+/// 0): a bar chart's axis, which should not leave half of the plot empty.
+fn fine_ceiling(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|c| *c >= v)
+        .unwrap_or(10.0 * p)
+}
+
 /// The smallest 1, 2 or 5 times a power of ten at or above `v` (1 for 0).
 fn nice_ceiling(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
@@ -354,6 +368,23 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bar_chart_has_every_client_case_and_gap() {
+        let clients = vec!["kafkit".to_string(), "Java".to_string()];
+        let groups = vec![BarGroup {
+            label: "48 p, acks=1".into(),
+            values: vec![Some((2.0e6, 1.5e6, 2.5e6)), None],
+        }];
+        let svg = bar_chart("t", "records/s", "note", &clients, &groups);
+        for text in ["kafkit", "Java", "48 p, acks=1", "n/a", "2,000,000"] {
+            assert!(svg.contains(text), "{text}");
+        }
+        // The axis ends at 2.5 M (the range's top), not at 5 M.
+        assert!(svg.contains(">2,500,000<"), "{svg}");
+        assert_eq!(fine_ceiling(2.46e6), 2.5e6);
+        assert_eq!(fine_ceiling(0.0), 1.0);
+    }
 
     #[test]
     fn a_chart_has_every_series_and_point() {

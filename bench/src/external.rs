@@ -88,7 +88,7 @@ pub fn run(client: Client, args: &[String]) -> Result<RunResult, String> {
     full.extend(rest);
     match crate::exe_result_line(&exe, client.name(), &full) {
         Ok(line) => RunResult::parse(&line),
-        Err(e) if e.contains(&format!("exit status: {UNSUPPORTED_EXIT}")) => {
+        Err(e) if e.ends_with(&format!("(exit code {UNSUPPORTED_EXIT})")) => {
             Err(NOT_SUPPORTED.to_string())
         }
         Err(e) => Err(e),

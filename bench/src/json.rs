@@ -1,7 +1,7 @@
 //! Every run as one JSON object per line (`--json FILE`, appended): the client and its version,
 //! the broker, the case, the settings each client was given, the machine, and the figures. The
-//! committed results under `docs/bench/` are such files; `kafkit-bench chart` draws the charts
-//! from them and `kafkit-bench report` prints their tables.
+//! committed results under `docs/bench/` are such files; `kafkit-bench report` prints their
+//! tables and draws their charts.
 
 use std::io::Write as _;
 use std::path::Path;

@@ -1,10 +1,16 @@
-//! `kafkit-bench`, run by `cargo xtask bench producer`, `consumer` and `share`: this project's
-//! Writer against librdkafka's producer, its Reader against librdkafka's consumer, and its
-//! ShareReader against the Java client's `KafkaShareConsumer` (see [`share`]), on the same
-//! broker, in the same run. The consumer bench is in [`consumer`]; this file holds
-//! the producer bench and what both share (child runs, their result line, topic creation).
+//! `kafkit-bench`, run by `cargo xtask bench producer`, `consumer`, `share` and `cross`: this
+//! project's Writer and Reader against other clients on the same broker, in the same run, and
+//! its ShareReader against Java's `KafkaShareConsumer` (see [`share`]). The clients: kafkit and
+//! librdkafka run in child processes of this program; krafka, franz-go, kafka-go and the Java
+//! client are programs of their own (`peers/`, see [`external`]) printing the same result line.
+//! The consumer bench is in [`consumer`]; `report` makes the tables and charts of a results file
+//! ([`report`], [`json`]); this file holds the producer bench and what the benches share (child
+//! runs, their result line, topic creation).
 //!
 //! Producer cases (each client writes its own fresh topic):
+//! - `kafka`: `--records` records to a topic of each count of `--kafka-partitions` (default 48 and
+//!   1,000) on Apache Kafka (`--kafka HOST:PORT`, one broker; skipped without it), every client;
+//! - `kafka-txn`: the same as transactions of `--txn-records` records, `--partitions` partitions;
 //! - `tansu`: `--records` records (default 1,000,000) of `--value-size` bytes (default 100) to a
 //!   topic of `--partitions` partitions on tansu (`--tansu HOST:PORT`; skipped without it);
 //! - `mock`: the same on librdkafka's mock cluster of 3 brokers, started in this process;
@@ -12,13 +18,17 @@
 //!   on the mock cluster, to count Produce requests;
 //! - `txn`: the `mock` workload written by transactional producers (KIP-98: `transactional.id`,
 //!   acks=all, idempotence on), committing every `--txn-records` records (default 10,000):
-//!   `init_transactions`, then `begin_transaction` ... `commit_transaction` per chunk, both
-//!   clients.
+//!   `init_transactions`, then `begin_transaction` ... `commit_transaction` per chunk.
 //!
-//! Record `i` goes to partition `i % partitions` for both clients, so both see the same spread
-//! and neither depends on its partitioner. acks=1, no compression, idempotence off (librdkafka
-//! allows idempotence only with acks=all), linger, batch size, batch record limit, in-flight
-//! limit, buffer limits and delivery timeout set to the same values on both (see [`Settings`]).
+//! On Kafka each topic is waited for (every partition led and answering ListOffsets) before a
+//! client starts, and deleted after its run.
+//!
+//! Record `i` goes to partition `i % partitions` for every client, so all see the same spread
+//! and none depends on its partitioner. acks (`--acks`, default 1), idempotence (`--idempotence`,
+//! default off), compression, linger, batch size, batch record limit, in-flight limit, buffer
+//! limits and delivery timeout are set to the same values on every client, as far as each takes
+//! them (see [`Settings`] and `peers/README.md`). `--repeat N` runs every case N times, the
+//! clients' order rotating; `--json FILE` appends every run to a results file.
 //!
 //! Each client run is a child process of this one (`kafkit-bench client ...`), so its CPU time
 //! (`getrusage(RUSAGE_SELF)` from the first send to the last acknowledgement) counts that client
@@ -37,8 +47,9 @@
 //! The consumer bench (`kafkit-bench consumer`, see [`consumer`]) takes `--tasks` the same way:
 //! N tokio tasks sharing one Reader (ours), N OS threads polling one librdkafka consumer (the
 //! peer), the same scaling table and, with `--svg DIR`, `consumer-tasks-*.svg` ([`scaling`] holds
-//! both benches' table and charts). Its options: `--cases tansu,mock`, `--partitions 6,48,1000`,
-//! `--records`, `--value-size`, `--tansu HOST:PORT`, `--clients`, `--repeat`, `--fill-linger-ms`,
+//! both benches' table and charts). Its options: `--cases tansu,mock,kafka`, `--partitions
+//! 6,48,1000`, `--records`, `--value-size`, `--tansu HOST:PORT`, `--kafka HOST:PORT`, `--clients`,
+//! `--repeat`, `--json FILE`, `--fill-linger-ms`,
 //! `--tasks`, `--svg`, the fetch settings of both clients (`--fetch-min-bytes`,
 //! `--fetch-max-wait-ms`, `--max-partition-fetch-bytes`, `--fetch-max-bytes`,
 //! `--queued-max-kbytes`, `--check-crcs`, `--rdkafka-queued-min-messages`,
@@ -46,7 +57,8 @@
 //! `--assignor`, `--session-timeout-ms`, `--heartbeat-interval-ms`, `--leave-at`).
 //!
 //! The result is a Markdown table on stdout; progress goes to stderr. The exit code is non-zero
-//! when a run failed or lost records.
+//! when a run failed or lost records (a client that cannot run a workload, "n/a", is not a
+//! failure).
 
 mod alloc;
 mod consumer;
@@ -1122,11 +1134,22 @@ fn child_result_line(name: &str, args: &[String]) -> Result<String, String> {
 
 /// Runs `exe` with `args` (under `KAFKIT_BENCH_CHILD_WRAPPER` when set: `wrapper exe args...`)
 /// and returns the RESULT line it printed; `name` names the run in errors. `meter` runs other
-/// builds of this program with it.
+/// builds of this program with it. A child that has not ended after [`child_timeout`] is
+/// killed and the run fails (a peer hung after its window must not hold the bench).
 pub(crate) fn exe_result_line(
     exe: &std::path::Path,
     name: &str,
     args: &[String],
+) -> Result<String, String> {
+    exe_result_line_within(exe, name, args, child_timeout())
+}
+
+/// [`exe_result_line`] with the time limit `limit`.
+fn exe_result_line_within(
+    exe: &std::path::Path,
+    name: &str,
+    args: &[String],
+    limit: Duration,
 ) -> Result<String, String> {
     let mut command = match std::env::var_os("KAFKIT_BENCH_CHILD_WRAPPER") {
         Some(wrapper) => {
@@ -1136,21 +1159,56 @@ pub(crate) fn exe_result_line(
         }
         None => Command::new(exe),
     };
-    let out = command
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .output()
+        .spawn()
         .map_err(|e| format!("start the {name} run: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("the {name} run failed ({})", out.status));
+    let mut pipe = child.stdout.take().ok_or("no stdout pipe")?;
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut out);
+        out
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the {name} run did not end within {limit:?}: killed"
+                ));
+            }
+            Err(e) => return Err(format!("wait for the {name} run: {e}")),
+        }
+    };
+    let stdout = reader.join().unwrap_or_default();
+    if !status.success() {
+        return Err(match status.code() {
+            Some(code) => format!("the {name} run failed (exit code {code})"),
+            None => format!("the {name} run failed ({status})"),
+        });
     }
-    let stdout = String::from_utf8_lossy(&out.stdout);
     stdout
         .lines()
         .find(|l| l.starts_with(RESULT_PREFIX))
         .map(str::to_string)
         .ok_or_else(|| format!("the {name} run printed no result"))
+}
+
+/// How long a child run may take: `KAFKIT_BENCH_CHILD_TIMEOUT` seconds, default 600.
+fn child_timeout() -> Duration {
+    std::env::var("KAFKIT_BENCH_CHILD_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(600), Duration::from_secs)
 }
 
 /// The sum over the topic's partitions of their `spec` offsets (ListOffsets to each partition's
@@ -1432,10 +1490,10 @@ fn write_charts(dir: &std::path::Path, tasks: &[u64], rows: &[Row]) -> Result<()
     let first_tasks = tasks.first().copied().unwrap_or(1);
     let (mut rate, mut cpu) = (Vec::new(), Vec::new());
     for row in rows.iter().filter(|r| r.tasks == first_tasks) {
-        let broker = if row.case == Case::Tansu {
-            "tansu"
-        } else {
-            "mock"
+        let broker = match row.case {
+            Case::Tansu => "tansu",
+            Case::Kafka | Case::KafkaTxn => "kafka",
+            Case::Mock | Case::Wide | Case::Txn => "mock",
         };
         let name = format!("{}, {broker}", scaling::who(row.client));
         let rates = row.result.as_ref().ok().and_then(scaling::rates);
@@ -1491,6 +1549,25 @@ mod tests {
         // More partitions than records per transaction.
         assert_eq!(commit_markers(20, 10, 48), 20);
         assert_eq!(commit_markers(0, 10, 4), 0);
+    }
+
+    #[test]
+    fn a_child_run_says_its_exit_code_and_is_killed_past_its_limit() {
+        let sh = std::path::Path::new("/bin/sh");
+        let run = |script: &str, limit: Duration| {
+            exe_result_line_within(sh, "sh", &["-c".to_string(), script.to_string()], limit)
+        };
+        let e = run("exit 3", Duration::from_secs(10)).expect_err("exit 3");
+        assert!(e.ends_with("(exit code 3)"), "{e}");
+        let e = run("exit 30", Duration::from_secs(10)).expect_err("exit 30");
+        assert!(!e.ends_with("(exit code 3)"), "{e}");
+        let e = run("sleep 5", Duration::from_millis(200)).expect_err("killed");
+        assert!(e.contains("killed"), "{e}");
+        let ok = run(
+            "echo noise; echo 'RESULT delivered=1'",
+            Duration::from_secs(10),
+        );
+        assert_eq!(ok.as_deref(), Ok("RESULT delivered=1"));
     }
 
     #[test]

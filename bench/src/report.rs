@@ -44,6 +44,8 @@ struct Key {
     broker: String,
     case: String,
     partitions: i64,
+    /// Records, senders or readers, value size: runs that differ in them are not merged.
+    size: String,
     settings: String,
 }
 
@@ -69,6 +71,12 @@ impl Key {
             broker: v["broker"].as_str().unwrap_or_default().to_string(),
             case: v["case"].as_str().unwrap_or_default().to_string(),
             partitions: v["partitions"].as_i64().unwrap_or_default(),
+            size: format!(
+                "{} records, {} task(s), {} bytes",
+                v["records"].as_u64().unwrap_or_default(),
+                v["tasks"].as_u64().unwrap_or(1),
+                s["value_size"].as_u64().unwrap_or_default()
+            ),
             settings,
         }
     }
@@ -229,17 +237,24 @@ fn tables(runs: &[Value]) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "| bench | case | best peer (records/s) | kafkit ÷ best peer, records/s | best peer (CPU) | best peer's CPU ÷ kafkit's |"
+        "| bench | case | best peer (records/s) | kafkit ÷ best peer, records/s | best peer (CPU) | best peer's CPU ÷ kafkit's | kafkit's failed runs |"
     );
-    let _ = writeln!(out, "| --- | --- | --- | ---: | --- | ---: |");
+    let _ = writeln!(out, "| --- | --- | --- | ---: | --- | ---: | ---: |");
     for (key, cells) in &cases {
         let median = |c: &Cell, f: fn(&Cell) -> &Vec<f64>| spread(f(c)).map(|s| s.0);
         let Some(ours) = cells.get("kafkit") else {
             continue;
         };
+        let failed = format!("{} of {}", ours.failed, ours.runs);
         let (Some(our_rate), Some(our_cpu)) =
             (median(ours, |c| &c.rates), median(ours, |c| &c.cpu))
         else {
+            let _ = writeln!(
+                out,
+                "| {} | {} | | every kafkit run failed | | | {failed} |",
+                key.bench,
+                key.label()
+            );
             continue;
         };
         let peers = cells.iter().filter(|(n, _)| n.as_str() != "kafkit");
@@ -253,7 +268,7 @@ fn tables(runs: &[Value]) -> String {
         if let (Some((rn, r)), Some((cn, c))) = (best_rate, best_cpu) {
             let _ = writeln!(
                 out,
-                "| {} | {} | {rn} | {:.2}x | {cn} | {:.2}x |",
+                "| {} | {} | {rn} | {:.2}x | {cn} | {:.2}x | {failed} |",
                 key.bench,
                 key.label(),
                 our_rate / r,
@@ -308,6 +323,15 @@ fn charts_of(runs: &[Value], bench: &str, p: i64) -> Vec<(String, String)> {
                 values: clients
                     .iter()
                     .map(|c| cells.get(c).and_then(|cell| spread(pick(cell))))
+                    .collect(),
+                notes: clients
+                    .iter()
+                    .map(|c| match cells.get(c) {
+                        Some(cell) if cell.failed > 0 && !pick(cell).is_empty() => {
+                            format!(" ({} of {} runs failed)", cell.failed, cell.runs)
+                        }
+                        _ => String::new(),
+                    })
                     .collect(),
             })
             .collect()
@@ -404,7 +428,10 @@ mod tests {
             "{t}"
         );
         // Best peer by rate: franz-go (1.5 M): 3.0 / 1.5 = 2x; by CPU: franz-go (1.0): 1.0 / 0.4.
-        assert!(t.contains("| franz-go | 2.00x | franz-go | 2.50x |"), "{t}");
+        assert!(
+            t.contains("| franz-go | 2.00x | franz-go | 2.50x | 0 of 3 |"),
+            "{t}"
+        );
         let c = charts(&runs, "producer");
         assert_eq!(c.len(), 2);
         assert!(c[0].1.contains("n/a") && c[0].1.contains("franz-go"));

@@ -181,6 +181,8 @@ pub struct BarGroup {
     pub label: String,
     /// `(value, low, high)` per client: the median and the range over the repeats.
     pub values: Vec<Option<(f64, f64, f64)>>,
+    /// Text after each client's value (e.g. how many of its runs failed); empty for none.
+    pub notes: Vec<String>,
 }
 
 /// A horizontal grouped bar chart: one group per case, one bar per client (the colours in the
@@ -276,12 +278,14 @@ pub fn bar_chart(
                             y + BAR_H / 2.0 - 1.0
                         );
                     }
+                    let note = group.notes.get(c).map_or("", String::as_str);
                     let _ = writeln!(
                         out,
-                        r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+                        r#"<text x="{:.1}" y="{:.1}">{}{}</text>"#,
                         px(v.max(*hi)) + 4.0,
                         y + BAR_H - 3.0,
-                        format_number(*v)
+                        format_number(*v),
+                        escape(note)
                     );
                 }
                 None => {
@@ -375,9 +379,16 @@ mod tests {
         let groups = vec![BarGroup {
             label: "48 p, acks=1".into(),
             values: vec![Some((2.0e6, 1.5e6, 2.5e6)), None],
+            notes: vec![" (1 of 3 runs failed)".into(), String::new()],
         }];
         let svg = bar_chart("t", "records/s", "note", &clients, &groups);
-        for text in ["kafkit", "Java", "48 p, acks=1", "n/a", "2,000,000"] {
+        for text in [
+            "kafkit",
+            "Java",
+            "48 p, acks=1",
+            "n/a",
+            "2,000,000 (1 of 3 runs failed)",
+        ] {
             assert!(svg.contains(text), "{text}");
         }
         // The axis ends at 2.5 M (the range's top), not at 5 M.

@@ -1,13 +1,17 @@
 //! `cargo xtask bench producer [ARGS]` and `cargo xtask bench consumer [ARGS]`: build and run
-//! the `kafkit-bench` package (release profile) against tansu and librdkafka's mock cluster, and
-//! print its Markdown tables. `cargo xtask bench share [ARGS]` runs its share group bench
-//! against Apache Kafka and the Java peer instead ([`run_share`]).
+//! the `kafkit-bench` package (release profile) and print its Markdown tables. The cases: tansu
+//! and librdkafka's mock cluster (kafkit against librdkafka), and Apache Kafka (`--cases kafka`,
+//! `kafka-txn`: every client `--clients` names, kafkit, librdkafka, krafka, franz-go, kafka-go,
+//! Java). `cargo xtask bench share [ARGS]` runs the share group bench against Apache Kafka and the
+//! Java peer ([`run_share`]); `cargo xtask bench cross` runs every client on every Kafka case into
+//! a results file with its tables and charts ([`run_cross`]).
 //!
-//! Unless the arguments name a broker (`--tansu HOST:PORT`) or leave the tansu case out
-//! (`--cases` without `tansu`), a tansu of its own is started on a free port first and stopped
-//! afterwards. The mock cluster runs inside the bench program. The producer bench also writes
-//! its SVG charts into `docs/img/` (unless the arguments give `--svg DIR`), which
-//! docs/benchmarks.md shows. See `bench/src/main.rs` and docs/benchmarks.md.
+//! Unless the arguments name a broker (`--tansu HOST:PORT`, `--kafka HOST:PORT`) or leave its
+//! cases out, a tansu (and for the `kafka` cases a one-node Apache Kafka 4.4) of its own is started
+//! on a free port first and stopped afterwards; the peers the clients name are built first
+//! ([`peer_env`]). The mock cluster runs inside the bench program. The producer bench on tansu and
+//! the mock writes its SVG charts into `docs/img/` (unless the arguments give `--svg DIR` or name
+//! a Kafka case, whose charts come from `report`). See `bench/src/main.rs` and docs/benchmarks.md.
 
 use std::process::Command;
 
@@ -39,7 +43,7 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
         kafka = Some((k, how));
     }
     bench_args.extend(args.iter().cloned());
-    if bench == "producer" && !args.iter().any(|a| a.starts_with("--svg")) {
+    if bench == "producer" && !args.iter().any(|a| a.starts_with("--svg")) && !needs_kafka(args) {
         let dir = repo_root().join("docs").join("img");
         bench_args.extend(["--svg".to_string(), dir.display().to_string()]);
     }
@@ -105,7 +109,16 @@ fn peer_env(args: &[String]) -> Result<Vec<(&'static str, String)>, String> {
         .output()
         && out.status.success()
     {
-        let commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mut commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        // A tree with changes is not the commit: say so in the results.
+        let dirty = Command::new("git")
+            .current_dir(repo_root())
+            .args(["status", "--porcelain", "--untracked-files=no"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty());
+        if dirty {
+            commit.push_str("-dirty");
+        }
         env.push(("KAFKIT_BENCH_COMMIT", commit));
     }
     Ok(env)
@@ -154,6 +167,162 @@ pub fn run_share(args: &[String]) -> Result<(), String> {
     let status = cargo_run_bench(&bench_args, &env);
     stop_kafka(kafka.as_ref());
     status
+}
+
+/// What `cargo xtask bench cross` runs.
+pub struct CrossPlan {
+    /// Records per run at 6 and 48 partitions.
+    pub records: u64,
+    /// Runs per client per case.
+    pub repeat: u32,
+    /// The results file (default `docs/bench/kafka-<date>.jsonl`).
+    pub json: Option<std::path::PathBuf>,
+    /// The charts' directory (default `docs/img`).
+    pub svg: Option<std::path::PathBuf>,
+}
+
+/// Every client of the cross-client bench.
+const CROSS_CLIENTS: &str = "ours,rdkafka,krafka,franz-go,kafka-go,java";
+
+/// The bench runs of `cargo xtask bench cross`, in order: each a `kafkit-bench` command line
+/// without its broker and results file.
+fn cross_runs(plan: &CrossPlan) -> Vec<Vec<String>> {
+    let n = plan.records.max(1);
+    let (r, r2) = (plan.repeat.max(1), plan.repeat.clamp(1, 2));
+    let producer = |extra: &[&str], partitions: &str, records: u64, repeat: u32| {
+        let mut a: Vec<String> = ["producer", "--cases", "kafka", "--clients", CROSS_CLIENTS]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        a.extend(["--kafka-partitions".into(), partitions.into()]);
+        a.extend(["--records".into(), records.to_string()]);
+        a.extend(["--repeat".into(), repeat.to_string()]);
+        a.extend(extra.iter().map(ToString::to_string));
+        a
+    };
+    let idem = ["--acks", "all", "--idempotence", "true"];
+    let consumer = |partitions: &str, records: u64, repeat: u32| -> Vec<String> {
+        ["consumer", "--cases", "kafka", "--clients", CROSS_CLIENTS]
+            .iter()
+            .map(ToString::to_string)
+            .chain([
+                "--partitions".into(),
+                partitions.into(),
+                "--records".into(),
+                records.to_string(),
+                "--repeat".into(),
+                repeat.to_string(),
+            ])
+            .collect()
+    };
+    let wide = (n * 3 / 10).max(1);
+    let mut txn = producer(&[], "48", (n / 2).max(1), r2);
+    txn[2] = "kafka-txn".into();
+    txn.extend([
+        "--partitions".into(),
+        "48".into(),
+        "--txn-records".into(),
+        "10000".into(),
+    ]);
+    let group: Vec<String> = [
+        "consumer",
+        "--cases",
+        "kafka",
+        "--clients",
+        "ours,rdkafka",
+        "--group",
+        "--partitions",
+        "48",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .chain([
+        "--records".into(),
+        (n * 5).to_string(),
+        "--repeat".into(),
+        r2.to_string(),
+    ])
+    .collect();
+    vec![
+        producer(&[], "48", n, r),
+        producer(&idem, "48", n, r),
+        producer(&["--compression", "lz4"], "48", n, r2),
+        producer(&["--compression", "zstd"], "48", n, r2),
+        producer(&[], "1000", wide, r2),
+        producer(&idem, "1000", wide, r2),
+        txn,
+        consumer("6,48", n, r),
+        consumer("1000", wide, r2),
+        group,
+    ]
+}
+
+/// `cargo xtask bench cross`: builds the peers, starts one Kafka node, warms it up (one untimed
+/// run of two clients), runs [`cross_runs`] against it with every run appended to the results
+/// file, stops it, and prints the tables of the file and writes its charts
+/// (`kafkit-bench report`).
+///
+/// Errors: a peer or Kafka cannot be had, or a bench run fails (the runs before it stay in the
+/// results file).
+pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
+    let clients = vec!["--clients".to_string(), CROSS_CLIENTS.to_string()];
+    let env = peer_env(&clients)?;
+    let json = plan.json.clone().unwrap_or_else(|| {
+        let date = Command::new("date")
+            .arg("+%Y-%m-%d")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        repo_root()
+            .join("docs")
+            .join("bench")
+            .join(format!("kafka-{date}.jsonl"))
+    });
+    let svg = plan
+        .svg
+        .clone()
+        .unwrap_or_else(|| repo_root().join("docs").join("img"));
+    let (k, how, bootstrap) = start_kafka()?;
+    let kafka = Some((k, how));
+    let with_broker = |mut args: Vec<String>, record: bool| {
+        args.extend(["--kafka".to_string(), bootstrap.clone()]);
+        if record {
+            args.extend(["--json".to_string(), json.display().to_string()]);
+        }
+        args
+    };
+    let warm_up: Vec<String> = [
+        "producer",
+        "--cases",
+        "kafka",
+        "--clients",
+        "ours,rdkafka",
+        "--kafka-partitions",
+        "48",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .chain(["--records".into(), plan.records.to_string()])
+    .collect();
+    let mut outcome = cargo_run_bench(&with_broker(warm_up, false), &env);
+    for run in cross_runs(plan) {
+        if outcome.is_err() {
+            break;
+        }
+        outcome = cargo_run_bench(&with_broker(run, true), &env);
+    }
+    stop_kafka(kafka.as_ref());
+    outcome?;
+    cargo_run_bench(
+        &[
+            "report".to_string(),
+            "--json".into(),
+            json.display().to_string(),
+            "--svg".into(),
+            svg.display().to_string(),
+        ],
+        &env,
+    )
 }
 
 /// `cargo run --release -p kafkit-bench -- ARGS` with `env` set.
@@ -223,6 +392,29 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn the_cross_bench_covers_every_case_the_docs_name() {
+        let plan = super::CrossPlan {
+            records: 1_000,
+            repeat: 3,
+            json: None,
+            svg: None,
+        };
+        let runs = super::cross_runs(&plan);
+        let lines: Vec<String> = runs.iter().map(|r| r.join(" ")).collect();
+        let has = |needle: &str| lines.iter().any(|l| l.contains(needle));
+        assert!(has("--kafka-partitions 48 --records 1000 --repeat 3"));
+        assert!(has("--acks all --idempotence true"));
+        assert!(has("--compression lz4") && has("--compression zstd"));
+        assert!(has("--kafka-partitions 1000 --records 300 --repeat 2"));
+        assert!(has("--cases kafka-txn") && has("--txn-records 10000"));
+        assert!(has("consumer --cases kafka") && has("--partitions 6,48"));
+        assert!(has("--group --partitions 48 --records 5000"));
+        for l in &lines {
+            assert!(l.contains("--clients"), "{l}");
+        }
     }
 
     #[test]

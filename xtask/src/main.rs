@@ -148,6 +148,27 @@ enum BenchKind {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Every client (kafkit, librdkafka, krafka, franz-go, kafka-go, Java) on one Apache Kafka
+    /// 4.4 node of its own: the producer cases (48 partitions without compression, idempotent,
+    /// lz4 and zstd; 1,000 partitions with acks=1 and idempotent; transactions), the consumer
+    /// cases (6, 48 and 1,000 partitions) and the group case; every run appended to a results
+    /// file (default `docs/bench/kafka-<date>.jsonl`), then its tables and charts
+    /// (`docs/img/*-cross-*.svg`). See docs/benchmarks.md.
+    Cross {
+        /// Records per run at 6 and 48 partitions (1,000 partitions and transactions: 3/10 and
+        /// 1/2 of it).
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Runs per client per case (the 1,000-partition and transactional cases: at most 2).
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
+        /// The results file to append to.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Where the charts go (default `docs/img`).
+        #[arg(long)]
+        svg: Option<std::path::PathBuf>,
+    },
     /// Reader against librdkafka's consumer: a topic of 1,000,000 records of 100 bytes filled
     /// once, read from the beginning by each client with an explicit assignment and the same
     /// fetch settings, on tansu (started on a free port unless `--tansu HOST:PORT` is given) and
@@ -275,6 +296,20 @@ fn main() {
         Command::Bench {
             which: BenchKind::Share { args },
         } => bench::run_share(&args),
+        Command::Bench {
+            which:
+                BenchKind::Cross {
+                    records,
+                    repeat,
+                    json,
+                    svg,
+                },
+        } => bench::run_cross(&bench::CrossPlan {
+            records,
+            repeat,
+            json,
+            svg,
+        }),
         Command::Fuzz {
             seconds,
             runs,

@@ -512,6 +512,55 @@ pub struct GroupRow {
     pub result: Result<GroupResult, String>,
 }
 
+impl GroupRow {
+    /// The row as JSON (`--json`): the case, the client, the group settings, the machine, the
+    /// timeline (s) and the figures (records/s over the whole read, the rebalance included; CPU
+    /// µs per record handed out).
+    pub fn to_json(&self, w: &GroupSettings, broker: &str) -> serde_json::Value {
+        let s = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        let head = serde_json::json!({
+            "bench": "consumer-group",
+            "unix_time": crate::json::now(),
+            "commit": std::env::var("KAFKIT_BENCH_COMMIT").ok(),
+            "machine": crate::json::machine(),
+            "broker": broker,
+            "case": self.case,
+            "client": self.client.label(),
+            "partitions": self.partitions,
+            "records": self.records,
+            "repeat": self.repeat,
+            "settings": {
+                "members": w.members,
+                "leave_at": w.leave_at,
+                "session_timeout_ms": w.session_timeout_ms,
+                "heartbeat_interval_ms": w.heartbeat_interval_ms,
+            },
+        });
+        let figures = match &self.result {
+            Ok(r) => {
+                let t = &r.timeline;
+                let read = between(t.assigned, t.done);
+                let cpu = (r.cpu.user + r.cpu.system).as_secs_f64();
+                serde_json::json!({
+                    "ok": r.failed == 0,
+                    "error": r.first_error,
+                    "delivered": r.delivered,
+                    "failed": r.failed,
+                    "duplicates": r.duplicates,
+                    "join_s": s(t.assigned),
+                    "rebalance_owned_s": s(between(t.leave, t.owned)),
+                    "rebalance_resumed_s": s(between(t.leave, t.resumed)),
+                    "all_read_s": s(read),
+                    "records_per_s": read.map(|d| self.records as f64 / d.as_secs_f64().max(1e-9)),
+                    "cpu_us_per_record": cpu * 1e6 / (r.delivered.max(1) as f64),
+                })
+            }
+            Err(e) => serde_json::json!({ "ok": false, "error": e }),
+        };
+        crate::json::merge(&[head, figures])
+    }
+}
+
 fn secs(d: Option<Duration>) -> String {
     d.map_or_else(|| "-".into(), |d| format!("{:.2}", d.as_secs_f64()))
 }

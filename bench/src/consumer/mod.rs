@@ -680,9 +680,10 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
         print_header(args);
         group::print_table(&args.group_settings, &args.settings, &group_rows);
         return Ok(!fill_failed
-            && group_rows
-                .iter()
-                .all(|r| matches!(&r.result, Ok(x) if x.failed == 0)));
+            && group_rows.iter().all(|r| {
+                matches!(&r.result, Ok(x) if x.failed == 0)
+                    || matches!(&r.result, Err(e) if e == crate::external::NOT_SUPPORTED)
+            }));
     }
     print_tables(args, &rows);
     if args.tasks.len() > 1 {
@@ -738,7 +739,7 @@ fn run_groups(
             if let Err(e) = &result {
                 eprintln!("kafkit-bench: {} / {}: {e}", case.name(), client.name());
             }
-            rows.push(group::GroupRow {
+            let row = group::GroupRow {
                 case: case.name(),
                 partitions: workload.partitions,
                 client,
@@ -746,7 +747,14 @@ fn run_groups(
                 records: workload.records,
                 load,
                 result,
-            });
+            };
+            if let Some(path) = &args.json
+                && let Err(e) =
+                    crate::json::append(path, &row.to_json(&args.group_settings, &case.broker()))
+            {
+                eprintln!("kafkit-bench: {e}");
+            }
+            rows.push(row);
         }
     }
     rows

@@ -132,7 +132,8 @@ final class Bench {
             String[] f = stat.substring(stat.lastIndexOf(')') + 2).trim().split("\\s+");
             return new long[] {Long.parseLong(f[11]) * 10_000, Long.parseLong(f[12]) * 10_000};
         } catch (IOException | RuntimeException e) {
-            return new long[] {0, 0};
+            // A CPU time of 0 would read as a free client: the run cannot be measured.
+            throw new IllegalStateException("cannot read /proc/self/stat: " + e, e);
         }
     }
 

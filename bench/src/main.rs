@@ -56,6 +56,8 @@
 //! `--rdkafka-fetch-queue-backoff-ms`) and `--group` with its settings (`--members`,
 //! `--assignor`, `--session-timeout-ms`, `--heartbeat-interval-ms`, `--leave-at`).
 //!
+//! `KAFKIT_BENCH_TRACE=FILTER` (e.g. `kafkit=debug`) prints kafkit's tracing on stderr.
+//!
 //! The result is a Markdown table on stdout; progress goes to stderr. The exit code is non-zero
 //! when a run failed or lost records (a client that cannot run a workload, "n/a", is not a
 //! failure).
@@ -563,6 +565,14 @@ impl RunResult {
 }
 
 fn main() -> ExitCode {
+    if std::env::var_os("KAFKIT_BENCH_TRACE").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env(
+                "KAFKIT_BENCH_TRACE",
+            ))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let cli = Cli::parse();
     if cli.prometheus
         && let Err(e) = meter::install_prometheus()

@@ -27,3 +27,6 @@ echo done
 # started the same way and warmed up the same way; the one kafka-go consumer run at 1,000
 # partitions that hung in kafka-go's Reader.Close (after its window) was run again alone:
 #   kafkit-bench consumer --cases kafka --kafka $K --clients kafka-go --json $J --partitions 1000 --records 300000 --repeat 1
+# The group rows in the results are from a later run with 5,000,000 records (1,000,000 are read in
+# about a second on Kafka, too short for the leave to fall inside the read):
+#   kafkit-bench consumer --cases kafka --kafka $K --clients ours,rdkafka --group --partitions 48 --records 5000000 --repeat 2 --json $J

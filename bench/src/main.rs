@@ -919,17 +919,26 @@ fn produce_once(
             run_child(client, &child)
         })
         .and_then(|r| {
-            let end = match case {
-                // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
-                // batches: count the records instead.
-                Case::Tansu => count_records(&workload, records)?,
-                _ => offsets_sum(runtime, run.bootstrap, &topic, kafkit::OffsetSpec::Latest)?,
-            };
-            // On Kafka a transaction's commit marker takes an offset in each partition it wrote.
+            // On Kafka a transaction's commit marker takes an offset in each partition it wrote;
+            // the broker writes the last transaction's markers after EndTxn answers, so the end
+            // offsets are read until they hold them (10 s at most).
             let markers = if case == Case::KafkaTxn {
                 commit_markers(records, workload.txn_records, partitions)
             } else {
                 0
+            };
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let end = loop {
+                let end = match case {
+                    // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
+                    // batches: count the records instead.
+                    Case::Tansu => count_records(&workload, records)?,
+                    _ => offsets_sum(runtime, run.bootstrap, &topic, kafkit::OffsetSpec::Latest)?,
+                };
+                if end >= records + markers || std::time::Instant::now() >= deadline {
+                    break end;
+                }
+                std::thread::sleep(Duration::from_millis(100));
             };
             if r.failed == 0 && (r.delivered != records || end != records + markers) {
                 return Err(format!(

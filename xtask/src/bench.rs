@@ -262,8 +262,8 @@ fn cross_runs(plan: &CrossPlan) -> Vec<Vec<String>> {
 /// file, stops it, and prints the tables of the file and writes its charts
 /// (`kafkit-bench report`).
 ///
-/// Errors: a peer or Kafka cannot be had, or a bench run fails (the runs before it stay in the
-/// results file).
+/// Errors: a peer or Kafka cannot be had, or a bench run failed (every case runs regardless, and
+/// its runs stay in the results file).
 pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
     let clients = vec!["--clients".to_string(), CROSS_CLIENTS.to_string()];
     let env = peer_env(&clients)?;
@@ -304,15 +304,18 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
     .map(ToString::to_string)
     .chain(["--records".into(), plan.records.to_string()])
     .collect();
-    let mut outcome = cargo_run_bench(&with_broker(warm_up, false), &env);
-    for run in cross_runs(plan) {
-        if outcome.is_err() {
-            break;
+    // Every case runs even when one before it failed (its failed runs are in the results).
+    let mut failed = Vec::new();
+    let warmed = cargo_run_bench(&with_broker(warm_up, false), &env);
+    if warmed.is_ok() {
+        for run in cross_runs(plan) {
+            if let Err(e) = cargo_run_bench(&with_broker(run.clone(), true), &env) {
+                failed.push(format!("{}: {e}", run[..3].join(" ")));
+            }
         }
-        outcome = cargo_run_bench(&with_broker(run, true), &env);
     }
     stop_kafka(kafka.as_ref());
-    outcome?;
+    warmed?;
     cargo_run_bench(
         &[
             "report".to_string(),
@@ -322,7 +325,12 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
             svg.display().to_string(),
         ],
         &env,
-    )
+    )?;
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("some runs failed: {}", failed.join("; ")))
+    }
 }
 
 /// `cargo run --release -p kafkit-bench -- ARGS` with `env` set.

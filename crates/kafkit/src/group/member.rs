@@ -724,6 +724,7 @@ impl Member {
                 let e = commit::unreadable(&t, p, code);
                 out.push((t, p, Err(e)));
             } else {
+                tracing::debug!(group = %self.group_id(), topic = %t, partition = p, %code, "committed offset asked again");
                 again.push((Arc::from(t.as_str()), p));
             }
         }

@@ -34,6 +34,9 @@ pub(crate) fn apply_one(
     let Some(c) = st.cursor_mut(&planned.topic, planned.partition) else {
         return;
     };
+    if answer.error != ErrorCode::NONE {
+        tracing::debug!(topic = %planned.topic, partition = planned.partition, offset = planned.data.fetch_offset, error = %answer.error, failures = c.failures, "fetch answered an error for a partition");
+    }
     match answer.error {
         ErrorCode::NONE => answered(st, config, node, planned, answer, named, now, fu, counters),
         ErrorCode::OFFSET_OUT_OF_RANGE => out_of_range(st, config, planned, &answer, now, fu),

@@ -98,6 +98,7 @@ fn member(w: &GroupWorkload, m: usize, progress: Arc<Progress>) -> Result<GroupR
                 .fetch_max_bytes(s.fetch_max_bytes)
                 .queued_max_bytes(s.queued_max_kbytes * 1024)
                 .check_crcs(s.check_crcs)
+                .fetch_sessions(crate::consumer::fetch_sessions())
                 .auto_offset_reset(AutoOffsetReset::Earliest),
         )
         .build()

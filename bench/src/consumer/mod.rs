@@ -247,6 +247,12 @@ impl ReadWorkload {
     }
 }
 
+/// Whether this project's Reader uses fetch sessions (KIP-227): on, unless
+/// `KAFKIT_BENCH_FETCH_SESSIONS=false` (a diagnostic: the children inherit it; the peers ignore it).
+pub fn fetch_sessions() -> bool {
+    std::env::var("KAFKIT_BENCH_FETCH_SESSIONS").map_or(true, |v| v != "false")
+}
+
 /// Longest time a run waits for its next record before it gives up.
 pub const STALL: Duration = Duration::from_secs(20);
 

@@ -83,6 +83,7 @@ async fn read(w: &ReadWorkload) -> Result<RunResult, String> {
         .fetch_max_bytes(s.fetch_max_bytes)
         .queued_max_bytes(s.queued_max_kbytes * 1024)
         .check_crcs(s.check_crcs)
+        .fetch_sessions(crate::consumer::fetch_sessions())
         .build()
         .map_err(|e| format!("reader: {e}"))?;
     let tasks = w.tasks.max(1);

@@ -1008,17 +1008,24 @@ fn producer_json(args: &ProducerArgs, row: &Row, repeat: u32) -> serde_json::Val
     ])
 }
 
+/// A connection to the first broker of the list `bootstrap`, as `client_id`.
+///
+/// Errors: the dial's, with the address.
+async fn dial_first(bootstrap: &str, client_id: &str) -> Result<kafkit::Conn, String> {
+    let first = bootstrap.split(',').next().unwrap_or_default();
+    kafkit::Dialer::builder()
+        .client_id(client_id)
+        .build()
+        .dial(first)
+        .await
+        .map_err(|e| format!("dial {first}: {e}"))
+}
+
 /// Deletes `topic` (DeleteTopics through a connection to `bootstrap`); a failure is only
 /// printed: the run's figures stand.
 pub(crate) fn delete_topic(runtime: &tokio::runtime::Runtime, bootstrap: &str, topic: &str) {
     let outcome: Result<(), String> = runtime.block_on(async {
-        let first = bootstrap.split(',').next().unwrap_or_default();
-        let conn = kafkit::Dialer::builder()
-            .client_id("kafkit-bench-admin")
-            .build()
-            .dial(first)
-            .await
-            .map_err(|e| format!("dial {first}: {e}"))?;
+        let conn = dial_first(bootstrap, "kafkit-bench-admin").await?;
         for (_, r) in conn
             .delete_topics(&[topic])
             .await
@@ -1069,12 +1076,7 @@ fn create_topic(
         }
         None => runtime
             .block_on(async {
-                let conn = kafkit::Dialer::builder()
-                    .client_id("kafkit-bench-admin")
-                    .build()
-                    .dial(bootstrap)
-                    .await
-                    .map_err(|e| format!("dial {bootstrap}: {e}"))?;
+                let conn = dial_first(bootstrap, "kafkit-bench-admin").await?;
                 let results = conn
                     .create_topics(&[kafkit::admin::NewTopic::new(topic, partitions, 1)], false)
                     .await
@@ -1102,13 +1104,7 @@ fn wait_usable(
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let led = runtime.block_on(async {
-            let first = bootstrap.split(',').next().unwrap_or_default();
-            let conn = kafkit::Dialer::builder()
-                .client_id("kafkit-bench-check")
-                .build()
-                .dial(first)
-                .await
-                .map_err(|e| format!("dial {first}: {e}"))?;
+            let conn = dial_first(bootstrap, "kafkit-bench-check").await?;
             let md = conn
                 .metadata(Some(&[topic]))
                 .await

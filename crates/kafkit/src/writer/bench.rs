@@ -11,7 +11,7 @@ use kafkit_protocol::messages::{ProduceRequest, ProduceResponse, produce_respons
 
 use super::encode::{build_request, encode_batches, release_request_bytes};
 use super::inner::Inner;
-use super::sender::plan_request;
+use super::sender::{count_request, plan_request};
 use super::settle::{apply, judge};
 use crate::error::Error;
 use crate::error::produce::ProduceError;
@@ -149,16 +149,9 @@ fn encode_round(
                 plan.producer_epoch,
             );
             build_request(config, &mut lists);
-            inner.stats.request(broker, &lists.sizes);
-            // As the sender records (cargo feature `metrics`): the request's batches, then its
-            // duration once answered.
-            inner.meter.produce_batches(
-                broker,
-                lists
-                    .sent
-                    .iter()
-                    .map(|(_, b, _)| (&b.shared.topic, b.count() as u64)),
-            );
+            // What the sender records of a request (stats, KIP-714, the `metrics` feature's
+            // batches), then its duration once answered.
+            count_request(inner, broker, &lists);
             let started = meter::start();
             kept.frame.clear();
             // As `Conn` encodes a request: the batches stay out of the frame (vectored writes).

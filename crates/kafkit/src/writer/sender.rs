@@ -394,7 +394,7 @@ async fn run_request(
 
 /// Counts a request about to go out: the writer's stats, KIP-714's, and the metrics' produce
 /// records and batches per node and topic (cargo feature `metrics`).
-fn count_request(inner: &Inner, broker: i32, lists: &RequestLists) {
+pub(super) fn count_request(inner: &Inner, broker: i32, lists: &RequestLists) {
     inner.stats.request(broker, &lists.sizes);
     inner
         .stats

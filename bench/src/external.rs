@@ -35,7 +35,8 @@ pub fn is_external(client: Client) -> bool {
     !matches!(client, Client::Ours | Client::Rdkafka)
 }
 
-/// The program and its leading arguments for `client` running `mode` (`produce` or `consume`).
+/// The program and its leading arguments for `client` running `mode` (`produce`, `consume` or
+/// `group`).
 ///
 /// Errors: the environment variable naming the program is not set.
 fn command(client: Client, mode: &str) -> Result<(PathBuf, Vec<String>), String> {
@@ -92,6 +93,23 @@ pub fn run(client: Client, args: &[String]) -> Result<RunResult, String> {
             Err(NOT_SUPPORTED.to_string())
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Runs `client`'s group of members on the workload of `args` (the flags of a `group-read`
+/// child line, without `--client`): the peer's `group` subcommand (Java: `group-bench`), which
+/// prints a `GROUP ...` line (peers/README.md).
+///
+/// Errors: as [`run`]; [`NOT_SUPPORTED`] when the client has no group consumer, or not with the
+/// assignor asked for.
+pub fn run_group(client: Client, args: &[String]) -> Result<String, String> {
+    let (exe, mut full) = command(client, "group")?;
+    full.extend(args.iter().cloned());
+    match crate::exe_line_with(&exe, client.name(), &full, "GROUP ") {
+        Err(e) if e.ends_with(&format!("(exit code {UNSUPPORTED_EXIT})")) => {
+            Err(NOT_SUPPORTED.to_string())
+        }
+        other => other,
     }
 }
 

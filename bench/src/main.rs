@@ -1156,15 +1156,26 @@ pub(crate) fn exe_result_line(
     name: &str,
     args: &[String],
 ) -> Result<String, String> {
-    exe_result_line_within(exe, name, args, child_timeout())
+    exe_result_line_within(exe, name, args, child_timeout(), RESULT_PREFIX)
 }
 
-/// [`exe_result_line`] with the time limit `limit`.
+/// [`exe_result_line`] for a line starting with `prefix` (a group run's `GROUP `).
+pub(crate) fn exe_line_with(
+    exe: &std::path::Path,
+    name: &str,
+    args: &[String],
+    prefix: &str,
+) -> Result<String, String> {
+    exe_result_line_within(exe, name, args, child_timeout(), prefix)
+}
+
+/// [`exe_result_line`] with the time limit `limit`, for the line starting with `prefix`.
 fn exe_result_line_within(
     exe: &std::path::Path,
     name: &str,
     args: &[String],
     limit: Duration,
+    prefix: &str,
 ) -> Result<String, String> {
     let mut command = match std::env::var_os("KAFKIT_BENCH_CHILD_WRAPPER") {
         Some(wrapper) => {
@@ -1213,7 +1224,7 @@ fn exe_result_line_within(
     }
     stdout
         .lines()
-        .find(|l| l.starts_with(RESULT_PREFIX))
+        .find(|l| l.starts_with(prefix))
         .map(str::to_string)
         .ok_or_else(|| format!("the {name} run printed no result"))
 }
@@ -1570,7 +1581,13 @@ mod tests {
     fn a_child_run_says_its_exit_code_and_is_killed_past_its_limit() {
         let sh = std::path::Path::new("/bin/sh");
         let run = |script: &str, limit: Duration| {
-            exe_result_line_within(sh, "sh", &["-c".to_string(), script.to_string()], limit)
+            exe_result_line_within(
+                sh,
+                "sh",
+                &["-c".to_string(), script.to_string()],
+                limit,
+                RESULT_PREFIX,
+            )
         };
         let e = run("exit 3", Duration::from_secs(10)).expect_err("exit 3");
         assert!(e.ends_with("(exit code 3)"), "{e}");

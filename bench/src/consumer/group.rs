@@ -385,6 +385,7 @@ impl Progress {
             failed: self.bad.load(Ordering::Acquire) + missing,
             first_error,
             cpu,
+            version: None,
         }
     }
 }
@@ -402,6 +403,8 @@ pub struct GroupResult {
     pub first_error: Option<String>,
     /// CPU time of the child process over the whole run (all members).
     pub cpu: CpuTime,
+    /// The library and its version, when the run says (the peers' `version=`).
+    pub version: Option<String>,
 }
 
 const GROUP_PREFIX: &str = "GROUP ";
@@ -461,6 +464,7 @@ impl GroupResult {
                 "failed" => r.failed = num()?,
                 "user_us" => r.cpu.user = Duration::from_micros(num()?),
                 "sys_us" => r.cpu.system = Duration::from_micros(num()?),
+                "version" => r.version = Some(v.to_string()),
                 _ => {}
             }
         }
@@ -469,9 +473,12 @@ impl GroupResult {
 }
 
 /// Runs one client's group in a child process: `kafkit-bench group-read --client C ...`.
+///
+/// The clients that are programs of their own run their peer's `group` subcommand instead
+/// ([`crate::external::run_group`]), which prints the same line.
 pub fn run_child(client: Client, w: &GroupWorkload) -> Result<GroupResult, String> {
     if crate::external::is_external(client) {
-        return Err(crate::external::NOT_SUPPORTED.to_string());
+        return GroupResult::parse(&crate::external::run_group(client, &w.to_args())?);
     }
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let mut args = vec![
@@ -543,6 +550,7 @@ impl GroupRow {
                 let cpu = (r.cpu.user + r.cpu.system).as_secs_f64();
                 serde_json::json!({
                     "ok": r.failed == 0,
+                    "version": r.version,
                     "error": r.first_error,
                     "delivered": r.delivered,
                     "failed": r.failed,
@@ -662,6 +670,7 @@ mod tests {
             failed: 2,
             first_error: Some("partition 3 offset 4: another value".into()),
             cpu: CpuTime::default(),
+            version: None,
         };
         let back = GroupResult::parse(&r.to_line()).expect("parse");
         assert_eq!(back.timeline.assigned, r.timeline.assigned);
@@ -669,5 +678,17 @@ mod tests {
         assert_eq!(back.timeline.done, r.timeline.done);
         assert_eq!((back.delivered, back.duplicates, back.failed), (10, 1, 2));
         assert_eq!(back.first_error, r.first_error);
+    }
+
+    #[test]
+    fn a_peer_line_with_a_version_reads_back() {
+        let line = "GROUP assigned=3000000 leave=4000000 owned=4500000 resumed=4600000 \
+                    done=9000000 delivered=100 duplicates=0 failed=0 user_us=5 sys_us=6 \
+                    version=franz-go@v1.22.3";
+        let r = GroupResult::parse(line).expect("parse");
+        assert_eq!(r.version.as_deref(), Some("franz-go@v1.22.3"));
+        assert_eq!(r.timeline.resumed, Some(Duration::from_millis(4_600)));
+        assert_eq!(r.cpu.system, Duration::from_micros(6));
+        assert_eq!(r.first_error, None);
     }
 }

@@ -83,6 +83,54 @@ async fn an_unassigned_partition_is_forgotten_by_the_session() {
     reader.close();
 }
 
+/// Partitions unassigned and assigned again at the offsets the fetch session already holds for
+/// them (an eager rebalance hands a group member its partitions back at their committed
+/// offsets) learn their log end from the next Fetch. An incremental Fetch is answered only
+/// with news (records, a moved high watermark), so a session that kept them would never
+/// answer for them; their high watermark (and `lag`) stayed unknown, and the Reader, which
+/// holds back a Fetch of only caught-up partitions while others drain, long-polled them
+/// instead (the group bench's eager-rebalance stall: seconds per few MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_assigned_again_at_the_sessions_offsets_learn_their_log_end() {
+    let topic = unique_topic("reader-reassign-session");
+    create_topic(&kafka(), &topic, 2).await;
+    write(&topic, 0, 5).await;
+    write(&topic, 1, 5).await;
+    let reader = Reader::builder(transport())
+        .fetch_max_wait(Duration::from_millis(100))
+        .build()
+        .expect("reader");
+    let t = topic.as_str();
+    let both = |at: StartOffset| (0..2).map(move |p| (t, p, at));
+    reader.assign(both(StartOffset::Earliest)).expect("assign");
+    read(&reader, 10).await;
+    // An incremental Fetch at the log end (offset 5 of both) answered: the session holds both.
+    kafka_log_line(|l| {
+        l.contains("Created a new incremental FetchContext for session id")
+            && l.contains(&format!(":{topic}-0"))
+    })
+    .await;
+    for round in 0..3 {
+        reader.unassign_all();
+        reader
+            .assign(both(StartOffset::At(5)))
+            .expect("assign again");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let lags = (reader.lag(&topic, 0), reader.lag(&topic, 1));
+            if lags == (Some(0), Some(0)) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "round {round}: the log end is still unknown after 5 s (50 fetch waits): {lags:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    reader.close();
+}
+
 /// Closing a Reader closes its fetch session on the broker (a full Fetch with the session's id
 /// and the final epoch, as Java's consumer sends on close), so the broker's session cache does
 /// not hold it until it expires.

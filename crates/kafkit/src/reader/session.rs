@@ -112,16 +112,40 @@ impl FetchSession {
     }
 
     /// Plans the next request for `wanted` (each partition with its fetch data, in request
-    /// order). `topic_ids`: whether the request names topics by id (Fetch v13+); `versioned`:
-    /// whether the negotiated Fetch version has sessions at all (v7+).
+    /// order). `end_unknown(i)`: whether `wanted[i]` must be answered whatever its news (its
+    /// cursor has not learnt its log end since it was made); `topic_ids`: whether the request
+    /// names topics by id (Fetch v13+); `versioned`: whether the negotiated Fetch version has
+    /// sessions at all (v7+).
+    ///
+    /// A session answers an incremental request only for partitions with news (records, a
+    /// moved high watermark or log start, an error), and sending a partition it holds again
+    /// does not change that (the broker compares its answer with what it last answered). So a
+    /// partition unassigned and assigned again (an eager rebalance gives a member its own
+    /// partitions back at their committed offsets) at the log end, or at the offset the
+    /// session holds, would never be answered: its log end stays unknown. When a wanted
+    /// partition whose log end is unknown is one the session holds, the session starts over:
+    /// a full request, which answers for every partition (the old session closed by it).
     pub(crate) fn plan(
         &mut self,
         wanted: &[(PartKey, PartData)],
+        end_unknown: impl Fn(usize) -> bool,
         topic_ids: bool,
         versioned: bool,
     ) -> SessionRequest {
         if self.id != 0 && (topic_ids != self.topic_ids || !versioned) {
             self.forget_session(versioned);
+        }
+        if self.id != 0
+            && wanted
+                .iter()
+                .enumerate()
+                .any(|(i, (k, _))| end_unknown(i) && self.parts.contains_key(k))
+        {
+            tracing::debug!(
+                session = self.id,
+                "fetch session restarted: a partition it holds needs an answer"
+            );
+            self.forget_session(true);
         }
         let next: HashMap<PartKey, PartData> =
             wanted.iter().map(|(k, d)| (k.clone(), *d)).collect();
@@ -227,6 +251,11 @@ impl FetchSession {
 mod tests {
     use super::*;
 
+    /// No wanted partition needs an answer whatever its news.
+    fn none(_: usize) -> bool {
+        false
+    }
+
     fn part(t: &str, p: i32, offset: i64) -> (PartKey, PartData) {
         (
             (Arc::from(t), p),
@@ -244,7 +273,7 @@ mod tests {
     fn full_then_incremental_with_changes_and_forgotten_partitions() {
         let mut s = FetchSession::new(true);
         let wanted = vec![part("a", 0, 0), part("a", 1, 0), part("b", 0, 5)];
-        let r = s.plan(&wanted, false, true);
+        let r = s.plan(&wanted, none, false, true);
         assert_eq!((r.session_id, r.epoch, r.full), (0, 0, true));
         assert_eq!(r.send, vec![0, 1, 2]);
         assert_eq!(s.answered(ErrorCode::NONE, 77), Outcome::Ok);
@@ -252,27 +281,27 @@ mod tests {
 
         // a/0 moved, a/1 unchanged, b/0 no longer wanted.
         let wanted = vec![part("a", 0, 10), part("a", 1, 0)];
-        let r = s.plan(&wanted, false, true);
+        let r = s.plan(&wanted, none, false, true);
         assert_eq!((r.session_id, r.epoch, r.full), (77, 1, false));
         assert_eq!(r.send, vec![0]);
         assert_eq!(r.forget, vec![((Arc::from("b"), 0), Uuid::default())]);
         assert_eq!(s.answered(ErrorCode::NONE, 77), Outcome::Ok);
 
         // Nothing changed: an empty incremental request at epoch 2.
-        let r = s.plan(&wanted, false, true);
+        let r = s.plan(&wanted, none, false, true);
         assert_eq!((r.epoch, r.send.len(), r.forget.len()), (2, 0, 0));
         assert_eq!(s.answered(ErrorCode::NONE, 77), Outcome::Ok);
 
         // The broker lost the session: reset, then a full request creating a new one (the
         // lost one is not named: the broker has nothing to close).
-        let r = s.plan(&wanted, false, true);
+        let r = s.plan(&wanted, none, false, true);
         assert_eq!(r.epoch, 3);
         assert_eq!(
             s.answered(ErrorCode::FETCH_SESSION_ID_NOT_FOUND, 0),
             Outcome::Reset
         );
         assert_eq!(s.open_id(), 0);
-        let r = s.plan(&wanted, false, true);
+        let r = s.plan(&wanted, none, false, true);
         assert_eq!(
             (r.session_id, r.epoch, r.full, r.send.len()),
             (0, 0, true, 2)
@@ -300,13 +329,13 @@ mod tests {
         ];
         for (what, give_up) in give_ups {
             let mut s = FetchSession::new(true);
-            s.plan(&wanted, false, true);
+            s.plan(&wanted, none, false, true);
             s.answered(ErrorCode::NONE, 9);
-            s.plan(&wanted, false, true);
+            s.plan(&wanted, none, false, true);
             give_up(&mut s);
             assert_eq!(s.open_id(), 9, "{what}: still open on the broker");
             s.pending = None;
-            let r = s.plan(&wanted, false, true);
+            let r = s.plan(&wanted, none, false, true);
             assert_eq!((r.session_id, r.epoch, r.full), (9, 0, true), "{what}");
             assert_eq!(s.open_id(), 0, "{what}: named once");
             s.answered(ErrorCode::NONE, 10);
@@ -314,9 +343,9 @@ mod tests {
         }
         // From names to topic ids: the very request that starts over closes the old session.
         let mut s = FetchSession::new(true);
-        s.plan(&wanted, false, true);
+        s.plan(&wanted, none, false, true);
         s.answered(ErrorCode::NONE, 9);
-        let r = s.plan(&wanted, true, true);
+        let r = s.plan(&wanted, none, true, true);
         assert_eq!((r.session_id, r.epoch, r.full), (9, 0, true));
     }
 
@@ -325,45 +354,78 @@ mod tests {
         let mut s = FetchSession::new(true);
         let wanted = vec![part("a", 0, 0)];
         for _ in 0..3 {
-            let r = s.plan(&wanted, false, true);
+            let r = s.plan(&wanted, none, false, true);
             assert_eq!((r.session_id, r.epoch, r.full), (0, 0, true));
             assert_eq!(s.answered(ErrorCode::NONE, 0), Outcome::Ok);
         }
         let mut off = FetchSession::new(false);
-        let r = off.plan(&wanted, false, true);
+        let r = off.plan(&wanted, none, false, true);
         assert_eq!(
             r.epoch, -1,
             "sessions disabled: FINAL_EPOCH, no session asked for"
         );
         assert_eq!(off.answered(ErrorCode::NONE, 5), Outcome::Ok);
         assert_eq!(off.id(), 0, "a session handed out anyway is not used");
-        assert_eq!(off.plan(&wanted, false, false).epoch, -1);
+        assert_eq!(off.plan(&wanted, none, false, false).epoch, -1);
     }
 
     #[test]
     fn epoch_errors_failures_and_id_mode_changes_start_over() {
         let mut s = FetchSession::new(true);
         let wanted = vec![part("a", 0, 0)];
-        s.plan(&wanted, false, true);
+        s.plan(&wanted, none, false, true);
         s.answered(ErrorCode::NONE, 9);
-        s.plan(&wanted, false, true);
+        s.plan(&wanted, none, false, true);
         assert_eq!(
             s.answered(ErrorCode::INVALID_FETCH_SESSION_EPOCH, 9),
             Outcome::Reset
         );
-        assert!(s.plan(&wanted, false, true).full);
+        assert!(s.plan(&wanted, none, false, true).full);
         s.answered(ErrorCode::NONE, 9);
-        s.plan(&wanted, false, true);
+        s.plan(&wanted, none, false, true);
         s.failed();
-        assert!(s.plan(&wanted, false, true).full, "no answer: full again");
+        assert!(
+            s.plan(&wanted, none, false, true).full,
+            "no answer: full again"
+        );
         s.answered(ErrorCode::NONE, 9);
-        let r = s.plan(&wanted, true, true);
+        let r = s.plan(&wanted, none, true, true);
         assert!(r.full, "names -> topic ids: a new session");
         // The epoch wraps to 1, never 0 (which would ask for a new session).
         s.answered(ErrorCode::NONE, 9);
         s.epoch = i32::MAX;
-        s.plan(&wanted, true, true);
+        s.plan(&wanted, none, true, true);
         s.answered(ErrorCode::NONE, 9);
         assert_eq!(s.epoch, 1);
+    }
+
+    /// A partition the session holds whose cursor was made again (unassigned and assigned at
+    /// the offset the session holds, or at the log end) must be answered: the session starts
+    /// over with a full request (closing the old one), as an incremental one would leave it
+    /// out. A partition new to the session needs nothing of the kind (the broker answers a
+    /// partition it adds).
+    #[test]
+    fn a_held_partition_whose_log_end_is_unknown_restarts_the_session() {
+        let mut s = FetchSession::new(true);
+        let wanted = vec![part("a", 0, 5), part("a", 1, 5)];
+        s.plan(&wanted, none, false, true);
+        s.answered(ErrorCode::NONE, 9);
+        let r = s.plan(&wanted, none, false, true);
+        assert_eq!((r.full, r.send.len()), (false, 0), "nothing changed");
+        s.answered(ErrorCode::NONE, 9);
+
+        // a/1 assigned again at the offset the session holds: a full request names the old
+        // session (epoch 0), which closes it and opens a new one.
+        let r = s.plan(&wanted, |i| i == 1, false, true);
+        assert_eq!((r.session_id, r.epoch, r.full), (9, 0, true));
+        assert_eq!(r.send, vec![0, 1]);
+        s.answered(ErrorCode::NONE, 10);
+        assert_eq!(s.id(), 10);
+
+        // A partition the session does not hold yet is added incrementally, log end unknown
+        // or not.
+        let more = vec![part("a", 0, 5), part("a", 1, 5), part("b", 0, 0)];
+        let r = s.plan(&more, |i| i == 2, false, true);
+        assert_eq!((r.session_id, r.full, r.send.clone()), (10, false, vec![2]));
     }
 }

@@ -339,6 +339,7 @@ impl Shared {
             },
             last_epoch: c.fetch.leader_epoch,
             from_replica,
+            end_unknown: c.high_watermark < 0,
             barrier: record::Barrier {
                 current: Arc::clone(&c.barrier),
                 version: c.version,

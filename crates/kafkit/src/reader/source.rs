@@ -221,7 +221,9 @@ impl Source {
             .iter()
             .map(|p| ((Arc::clone(&p.topic), p.partition), p.data))
             .collect();
-        let plan = self.session.plan(&wanted, ids, version >= 7);
+        let plan = self
+            .session
+            .plan(&wanted, |i| parts[i].end_unknown, ids, version >= 7);
         let mut req = self.request_head(version, &plan);
         let mut by_topic: HashMap<&str, usize> = HashMap::new();
         for &i in &plan.send {
@@ -731,6 +733,7 @@ mod tests {
             },
             last_epoch: None,
             from_replica: false,
+            end_unknown: false,
             barrier: Barrier {
                 current: Arc::new(AtomicU64::new(0)),
                 version: 0,

@@ -29,6 +29,9 @@ pub(crate) struct Planned {
     pub(crate) last_epoch: Option<i32>,
     /// Whether this broker is the partition's preferred read replica (not its leader).
     pub(crate) from_replica: bool,
+    /// Whether no answer since the cursor was made told its log end (high watermark -1): the
+    /// fetch session must answer for it ([`FetchSession::plan`](super::session::FetchSession::plan)).
+    pub(crate) end_unknown: bool,
     pub(crate) barrier: Barrier,
 }
 

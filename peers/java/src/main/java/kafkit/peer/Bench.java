@@ -13,8 +13,8 @@ import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.utils.internals.AppInfoParser;
 
 /**
- * What kafkit-bench's peer contract asks of every peer program, shared by {@link BenchProduce}
- * and {@link BenchConsume}: the flags ({@code --name value}, and {@code --futures} / {@code
+ * What kafkit-bench's peer contract asks of every peer program, shared by {@link BenchProduce},
+ * {@link BenchConsume} and {@link BenchGroup}: the flags ({@code --name value}, and {@code --futures} / {@code
  * --owned} without one), the process's CPU time and the one {@code RESULT} line on stdout
  * (everything else goes to stderr).
  */
@@ -32,6 +32,13 @@ final class Bench {
 
         CannotRun(String message, Throwable cause) {
             super(message, cause);
+        }
+    }
+
+    /** A workload this client cannot run as asked (e.g. an assignor it lacks): exit 3. */
+    static final class Unsupported extends Exception {
+        Unsupported(String message) {
+            super(message);
         }
     }
 
@@ -170,15 +177,23 @@ final class Bench {
         System.out.flush();
     }
 
-    /** Runs a bench command: exit 0 once it ran, 2 when it could not run (reason on stderr). */
-    static void main(String[] argv, boolean produce) {
+    /**
+     * Runs a bench command ({@code produce-bench}, {@code consume-bench}, {@code group-bench}):
+     * exit 0 once it ran, 3 when this client cannot run the workload as asked, 2 when it could
+     * not run (the reason on stderr).
+     */
+    static void main(String[] argv) {
         int code = 0;
         try {
-            if (produce) {
-                BenchProduce.run(argv);
-            } else {
-                BenchConsume.run(argv);
+            switch (argv[0]) {
+                case "produce-bench" -> BenchProduce.run(argv);
+                case "consume-bench" -> BenchConsume.run(argv);
+                case "group-bench" -> BenchGroup.run(argv);
+                default -> throw new CannotRun("unknown bench command " + argv[0]);
             }
+        } catch (Unsupported e) {
+            System.err.println("java peer: " + argv[0] + ": " + e.getMessage());
+            code = 3;
         } catch (CannotRun e) {
             System.err.println("java peer: " + argv[0] + ": " + e.getMessage()
                     + (e.getCause() != null ? ": " + e.getCause() : ""));

@@ -95,6 +95,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *       and {@code consume} workloads, flags and {@code RESULT} line as the bench's peer
  *       contract has them (bench/src; {@link BenchProduce}, {@link BenchConsume}); they print no
  *       JSON and exit 2 when the run cannot happen.
+ *   <li>{@code group-bench ...}: kafkit-bench's {@code group} workload ({@link BenchGroup}):
+ *       {@code --members} group consumers in this one process, the last leaving part-way; one
+ *       {@code GROUP} line; exit 3 for an assignor kafka-clients lacks.
  * </ul>
  *
  * <p>A failure prints {@code {"event":"error","message":...}} and exits 1.
@@ -109,8 +112,9 @@ public final class Main {
             }
             // The bench commands follow kafkit-bench's peer contract: one RESULT line on stdout,
             // flags without values, exit 2 when the run cannot happen.
-            if (argv[0].equals("produce-bench") || argv[0].equals("consume-bench")) {
-                Bench.main(argv, argv[0].equals("produce-bench"));
+            if (argv[0].equals("produce-bench") || argv[0].equals("consume-bench")
+                    || argv[0].equals("group-bench")) {
+                Bench.main(argv);
             }
             Map<String, String> args = options(argv);
             switch (argv[0]) {

@@ -154,6 +154,13 @@ func parseProduce(args []string) (produceOpts, error) {
 func parseConsume(args []string) (consumeOpts, error) {
 	var o consumeOpts
 	fs := newFlags("consume", &o.common)
+	consumeFlags(fs, &o)
+	err := parse(fs, &o.common, args)
+	return o, err
+}
+
+// consumeFlags declares the consumer's fetch flags (the `consume` and `group` subcommands').
+func consumeFlags(fs *flag.FlagSet, o *consumeOpts) {
 	fs.IntVar(&o.fetchMinBytes, "fetch-min-bytes", 1, "fetch min bytes")
 	fs.IntVar(&o.fetchMaxWaitMs, "fetch-max-wait-ms", 500, "fetch max wait")
 	fs.IntVar(&o.maxPartitionFetchBytes, "max-partition-fetch-bytes", 1<<20, "bytes per partition per fetch")
@@ -162,8 +169,6 @@ func parseConsume(args []string) (consumeOpts, error) {
 	fs.Var(boolFlag{&o.checkCRCs}, "check-crcs", "true|false")
 	fs.Int("rdkafka-queued-min-messages", 0, "librdkafka's: ignored")
 	fs.Int("rdkafka-fetch-queue-backoff-ms", 0, "librdkafka's: ignored")
-	err := parse(fs, &o.common, args)
-	return o, err
 }
 
 // ignored says once on stderr which of the given flags the client does not apply.

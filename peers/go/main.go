@@ -4,10 +4,14 @@
 //
 //	kafkit-go-peer produce --client franz-go|kafka-go --bootstrap HOST:PORT --topic T ...
 //	kafkit-go-peer consume --client franz-go|kafka-go --bootstrap HOST:PORT --topic T ...
+//	kafkit-go-peer group --client franz-go|kafka-go --bootstrap HOST:PORT --topic T --group-id G ...
+//
+// `group` prints one GROUP line instead (a group of members in this process: group.go).
 //
 // Exit codes: 0 when the run happened (even with failed records), 2 for bad flags or a client
 // that cannot start, 3 when the chosen client cannot do what was asked (kafka-go has neither
-// idempotence nor transactions): the harness shows "n/a" for that cell.
+// idempotence nor transactions nor a cooperative group protocol): the harness shows "n/a" for
+// that cell.
 package main
 
 import (
@@ -44,7 +48,7 @@ type result struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kafkit-go-peer produce|consume --client franz-go|kafka-go [--flag value]...")
+		fmt.Fprintln(os.Stderr, "usage: kafkit-go-peer produce|consume|group --client franz-go|kafka-go [--flag value]...")
 		os.Exit(exitUsage)
 	}
 	var (
@@ -62,8 +66,17 @@ func main() {
 		if o, err = parseConsume(os.Args[2:]); err == nil {
 			res, err = consume(o)
 		}
+	case "group":
+		var o groupOpts
+		var gr groupResult
+		if o, err = parseGroup(os.Args[2:]); err == nil {
+			if gr, err = group(o); err == nil {
+				fmt.Println(gr.line())
+				return
+			}
+		}
 	default:
-		err = fmt.Errorf("unknown subcommand %q (produce or consume)", cmd)
+		err = fmt.Errorf("unknown subcommand %q (produce, consume or group)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kafkit-go-peer: %v\n", err)

@@ -229,7 +229,7 @@ fn cross_runs(plan: &CrossPlan) -> Vec<Vec<String>> {
         "--cases",
         "kafka",
         "--clients",
-        "ours,rdkafka",
+        CROSS_CLIENTS,
         "--group",
         "--partitions",
         "48",
@@ -421,7 +421,7 @@ mod tests {
         assert!(has("consumer --cases kafka") && has("--partitions 6,48"));
         assert!(has("--group --partitions 48 --records 5000"));
         for l in &lines {
-            assert!(l.contains("--clients"), "{l}");
+            assert!(l.contains(&format!("--clients {}", super::CROSS_CLIENTS)), "{l}");
         }
     }
 

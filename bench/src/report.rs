@@ -5,7 +5,7 @@
 //! repeats of records/s and of CPU µs per record, then kafkit against the best peer of each
 //! case. With `--svg DIR` it draws `<bench>-<P>p-cross-records-per-second.svg` and
 //! `<bench>-<P>p-cross-cpu-per-record.svg` for each partition count P (one bar per client per
-//! case).
+//! case), for the producer, the consumer and the group case (`consumer-group`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -337,10 +337,10 @@ fn charts_of(runs: &[Value], bench: &str, p: i64) -> Vec<(String, String)> {
             .collect()
     };
     let title = |what: &str| {
-        let b = if bench == "producer" {
-            "Producer"
-        } else {
-            "Consumer"
+        let b = match bench {
+            "producer" => "Producer",
+            "consumer-group" => "A group of 3, one leaving halfway",
+            _ => "Consumer",
         };
         format!("{b}, {p} partitions: {what}")
     };
@@ -376,7 +376,7 @@ pub fn run(args: &ReportArgs) -> Result<bool, String> {
     print!("{}", tables(&runs));
     if let Some(dir) = &args.svg {
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        for bench in ["producer", "consumer"] {
+        for bench in ["producer", "consumer", "consumer-group"] {
             for (file, svg) in charts(&runs, bench) {
                 let path = dir.join(file);
                 std::fs::write(&path, svg).map_err(|e| format!("write {}: {e}", path.display()))?;
@@ -436,5 +436,24 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert!(c[0].1.contains("n/a") && c[0].1.contains("franz-go"));
         assert!(charts(&runs, "consumer").is_empty());
+    }
+
+    #[test]
+    fn the_group_case_has_charts_of_its_own() {
+        let mut a = run("kafkit", 5e6, 0.13);
+        let mut b = run("franz-go", 4e6, 0.18);
+        for v in [&mut a, &mut b] {
+            v["bench"] = json!("consumer-group");
+        }
+        let c = charts(&[a, b], "consumer-group");
+        let names: Vec<&str> = c.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "consumer-group-48p-cross-records-per-second.svg",
+                "consumer-group-48p-cross-cpu-per-record.svg"
+            ]
+        );
+        assert!(c[0].1.contains("A group of 3"), "{}", c[0].1);
     }
 }

@@ -421,7 +421,10 @@ mod tests {
         assert!(has("consumer --cases kafka") && has("--partitions 6,48"));
         assert!(has("--group --partitions 48 --records 5000"));
         for l in &lines {
-            assert!(l.contains(&format!("--clients {}", super::CROSS_CLIENTS)), "{l}");
+            assert!(
+                l.contains(&format!("--clients {}", super::CROSS_CLIENTS)),
+                "{l}"
+            );
         }
     }
 

@@ -29,7 +29,7 @@ echo done
 #   kafkit-bench consumer --cases kafka --kafka $K --clients kafka-go --json $J --partitions 1000 --records 300000 --repeat 1
 # The group rows in the results are from a later run with 5,000,000 records (1,000,000 are read in
 # about a second on Kafka, too short for the leave to fall inside the read):
-# (those first 4 group rows were replaced by 18 from 16:33-16:40 UTC, main at 4c43c59, every client
+# (those first 4 group rows were replaced by 18 from 16:32-16:34 UTC, main at 4c43c59, every client
 # with a group program of its own, after the Reader's fetch-session fix of 9d8df2e; through xtask,
 # which builds the peers, against a broker started with `cargo xtask broker --port 19492 start --kafka`):
 #   cargo xtask bench consumer --cases kafka --kafka $K --clients ours,rdkafka,krafka,franz-go,kafka-go,java --group --partitions 48 --records 5000000 --repeat 3 --json $J

@@ -192,6 +192,11 @@ struct ProducerArgs {
     /// Partitions of the topic in the `kafka` case; a list runs the case once per count.
     #[arg(long, value_delimiter = ',', default_values_t = [48, 1_000])]
     kafka_partitions: Vec<i32>,
+    /// Replicas of each partition of the `kafka` cases' topics (a cluster of at least as many
+    /// brokers: `cargo xtask broker start --kafka --brokers 3`, every node's address in
+    /// `--kafka`).
+    #[arg(long, default_value_t = 1)]
+    replication_factor: i16,
     /// Runs of every case and client; the clients' order rotates between repeats.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
@@ -750,10 +755,7 @@ fn producer(args: &ProducerArgs) -> Result<bool, String> {
     } else {
         None
     };
-    let kafka_broker = args
-        .kafka
-        .as_deref()
-        .map(|_| format!("Apache Kafka {} (1 broker)", kafka_version()));
+    let kafka_broker = args.kafka.as_deref().map(kafka_label);
 
     let mut rows = Vec::new();
     for &(case, many) in &runs {
@@ -908,46 +910,58 @@ fn produce_once(
         settings: args.settings.clone(),
     };
     let on_mock = mock.filter(|_| matches!(case, Case::Mock | Case::Wide | Case::Txn));
-    let result = create_topic(runtime, on_mock, run.bootstrap, &topic, partitions)
-        .and_then(|()| {
-            let mut child = vec![
-                "client".to_string(),
-                "--client".into(),
-                client.name().into(),
-            ];
-            child.extend(workload.to_args());
-            run_child(client, &child)
-        })
-        .and_then(|r| {
-            // On Kafka a transaction's commit marker takes an offset in each partition it wrote;
-            // the broker writes the last transaction's markers after EndTxn answers, so the end
-            // offsets are read until they hold them (10 s at most).
-            let markers = if case == Case::KafkaTxn {
-                commit_markers(records, workload.txn_records, partitions)
-            } else {
-                0
+    let replicas = if matches!(case, Case::Kafka | Case::KafkaTxn) {
+        args.replication_factor
+    } else {
+        1
+    };
+    let result = create_topic(
+        runtime,
+        on_mock,
+        run.bootstrap,
+        &topic,
+        partitions,
+        replicas,
+    )
+    .and_then(|()| {
+        let mut child = vec![
+            "client".to_string(),
+            "--client".into(),
+            client.name().into(),
+        ];
+        child.extend(workload.to_args());
+        run_child(client, &child)
+    })
+    .and_then(|r| {
+        // On Kafka a transaction's commit marker takes an offset in each partition it wrote;
+        // the broker writes the last transaction's markers after EndTxn answers, so the end
+        // offsets are read until they hold them (10 s at most).
+        let markers = if case == Case::KafkaTxn {
+            commit_markers(records, workload.txn_records, partitions)
+        } else {
+            0
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let end = loop {
+            let end = match case {
+                // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
+                // batches: count the records instead.
+                Case::Tansu => count_records(&workload, records)?,
+                _ => offsets_sum(runtime, run.bootstrap, &topic, kafkit::OffsetSpec::Latest)?,
             };
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            let end = loop {
-                let end = match case {
-                    // tansu 0.6 under-reports end offsets (ListOffsets latest) after many
-                    // batches: count the records instead.
-                    Case::Tansu => count_records(&workload, records)?,
-                    _ => offsets_sum(runtime, run.bootstrap, &topic, kafkit::OffsetSpec::Latest)?,
-                };
-                if end >= records + markers || std::time::Instant::now() >= deadline {
-                    break end;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            };
-            if r.failed == 0 && (r.delivered != records || end != records + markers) {
-                return Err(format!(
-                    "{} of {records} acknowledged, end offsets add up to {end}",
-                    r.delivered
-                ));
+            if end >= records + markers || std::time::Instant::now() >= deadline {
+                break end;
             }
-            Ok(r)
-        });
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        if r.failed == 0 && (r.delivered != records || end != records + markers) {
+            return Err(format!(
+                "{} of {records} acknowledged, end offsets add up to {end}",
+                r.delivered
+            ));
+        }
+        Ok(r)
+    });
     if let Err(e) = &result {
         eprintln!(
             "kafkit-bench: {} / {} / {tasks} task(s): {e}",
@@ -995,6 +1009,11 @@ fn producer_json(args: &ProducerArgs, row: &Row, repeat: u32) -> serde_json::Val
                 "idempotence": txn || s.idempotence,
                 "transaction_records": if txn { Some(args.txn_records.max(1)) } else { None },
                 "compression": s.compression.name(),
+                "replication_factor": if matches!(row.case, Case::Kafka | Case::KafkaTxn) {
+                    args.replication_factor
+                } else {
+                    1
+                },
                 "linger_ms": s.linger_ms,
                 "batch_size": s.batch_size,
                 "batch_max_records": s.batch_max_records,
@@ -1057,6 +1076,21 @@ fn commit_markers(records: u64, per_txn: u64, partitions: i32) -> u64 {
         .sum()
 }
 
+/// The results' name of the Apache Kafka cluster at `bootstrap`: its version and its number of
+/// brokers, one per address given (`--kafka` names every node of a cluster).
+fn kafka_label(bootstrap: &str) -> String {
+    let n = bootstrap
+        .split(',')
+        .filter(|a| !a.trim().is_empty())
+        .count();
+    let brokers = if n == 1 {
+        "1 broker".to_string()
+    } else {
+        format!("{n} brokers")
+    };
+    format!("Apache Kafka {} ({brokers})", kafka_version())
+}
+
 /// Creates `topic`: on the mock cluster (`mock`) with partition `p` led by broker `p % 3 + 1`;
 /// else at `bootstrap` (tansu) through CreateTopics.
 fn create_topic(
@@ -1065,6 +1099,7 @@ fn create_topic(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
+    replicas: i16,
 ) -> Result<(), String> {
     match mock {
         Some(m) => {
@@ -1078,7 +1113,10 @@ fn create_topic(
             .block_on(async {
                 let conn = dial_first(bootstrap, "kafkit-bench-admin").await?;
                 let results = conn
-                    .create_topics(&[kafkit::admin::NewTopic::new(topic, partitions, 1)], false)
+                    .create_topics(
+                        &[kafkit::admin::NewTopic::new(topic, partitions, replicas)],
+                        false,
+                    )
                     .await
                     .map_err(|e| format!("CreateTopics: {e}"))?;
                 for (_, r) in results {

@@ -118,6 +118,7 @@ pub fn run(args: &MeterArgs) -> Result<bool, String> {
             &bootstrap,
             &read_topic,
             args.partitions,
+            1,
         )?;
         eprintln!(
             "kafkit-bench meter: filling {read_topic} with {} records",
@@ -158,6 +159,7 @@ pub fn run(args: &MeterArgs) -> Result<bool, String> {
                                 &bootstrap,
                                 &topic,
                                 args.partitions,
+                                1,
                             )?;
                         }
                         let w = Workload {

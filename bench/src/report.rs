@@ -62,6 +62,9 @@ impl Key {
                 parts.push(format!("txn/{n}"));
             }
             parts.push(text("compression"));
+            if let Some(rf) = s["replication_factor"].as_u64().filter(|rf| *rf > 1) {
+                parts.push(format!("RF {rf}"));
+            }
             parts.join(", ")
         } else {
             String::new()
@@ -90,6 +93,13 @@ impl Key {
         }
         if !self.case.starts_with("kafka") {
             l = format!("{} {l}", self.case);
+        } else if let Some(n) = self
+            .broker
+            .split_once(" (")
+            .and_then(|(_, b)| b.strip_suffix(" brokers)"))
+        {
+            // A cluster's cases beside the one broker's in the same charts.
+            l = format!("{n} brokers, {l}");
         }
         l
     }
@@ -436,6 +446,15 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert!(c[0].1.contains("n/a") && c[0].1.contains("franz-go"));
         assert!(charts(&runs, "consumer").is_empty());
+    }
+
+    #[test]
+    fn a_cluster_case_is_labelled_with_its_brokers_and_replicas() {
+        let mut v = run("kafkit", 1e6, 0.2);
+        v["broker"] = json!("Apache Kafka 4.4.0 (3 brokers)");
+        v["settings"]["replication_factor"] = json!(3);
+        assert_eq!(Key::of(&v).label(), "3 brokers, 48 p, acks=1, none, RF 3");
+        assert_eq!(Key::of(&run("kafkit", 1e6, 0.2)).label(), "48 p, acks=1, none");
     }
 
     #[test]

@@ -580,7 +580,7 @@ pub fn run(args: &ConsumerArgs) -> Result<bool, String> {
                 case.name()
             );
             let linger = Duration::from_millis(args.fill_linger_ms);
-            let filled = crate::create_topic(&runtime, on_mock, &bootstrap, &topic, partitions)
+            let filled = crate::create_topic(&runtime, on_mock, &bootstrap, &topic, partitions, 1)
                 .and_then(|()| {
                     runtime.block_on(fill(
                         &bootstrap,

@@ -423,7 +423,7 @@ pub fn run(args: &ShareArgs) -> Result<bool, String> {
                 "kafkit-bench share: filling {topic} ({} partitions) with {} records",
                 args.partitions, args.records
             );
-            crate::create_topic(&runtime, None, &args.bootstrap, &topic, args.partitions)?;
+            crate::create_topic(&runtime, None, &args.bootstrap, &topic, args.partitions, 1)?;
             let batch = runtime.block_on(crate::consumer::fill(
                 &args.bootstrap,
                 &topic,

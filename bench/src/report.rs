@@ -454,7 +454,10 @@ mod tests {
         v["broker"] = json!("Apache Kafka 4.4.0 (3 brokers)");
         v["settings"]["replication_factor"] = json!(3);
         assert_eq!(Key::of(&v).label(), "3 brokers, 48 p, acks=1, none, RF 3");
-        assert_eq!(Key::of(&run("kafkit", 1e6, 0.2)).label(), "48 p, acks=1, none");
+        assert_eq!(
+            Key::of(&run("kafkit", 1e6, 0.2)).label(),
+            "48 p, acks=1, none"
+        );
     }
 
     #[test]

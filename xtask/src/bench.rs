@@ -38,7 +38,7 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
     }
     let mut kafka = None;
     if needs_kafka(args) && !has_option(args, "--kafka") {
-        let (k, how, bootstrap) = start_kafka()?;
+        let (k, how, bootstrap) = start_kafka(1)?;
         bench_args.extend(["--kafka".to_string(), bootstrap]);
         kafka = Some((k, how));
     }
@@ -64,12 +64,13 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
 /// A one-node Apache Kafka 4.4 of the bench's own on a free port, and its bootstrap address.
 ///
 /// Errors: Kafka cannot be installed or started.
-fn start_kafka() -> Result<(crate::kafka::Kafka, Started, String), String> {
+fn start_kafka(brokers: u32) -> Result<(crate::kafka::Kafka, Started, String), String> {
     let k = crate::kafka::Kafka {
         port: crate::test::free_port()?,
-        brokers: 1,
+        brokers,
     };
-    let (how, nodes) = k.start(false)?;
+    // Node i on port + i for one node; a cluster's nodes each on a free port of the OS's.
+    let (how, nodes) = k.start(brokers > 1)?;
     let bootstrap = crate::kafka::Kafka::bootstrap(&nodes);
     Ok((k, how, bootstrap))
 }
@@ -154,7 +155,7 @@ pub fn run_share(args: &[String]) -> Result<(), String> {
     let mut bench_args = vec!["share".to_string()];
     let mut kafka = None;
     if !has_option(args, "--bootstrap") {
-        let (k, how, bootstrap) = start_kafka()?;
+        let (k, how, bootstrap) = start_kafka(1)?;
         bench_args.extend(["--bootstrap".to_string(), bootstrap]);
         // The node's CPU over each run's window goes into the tables.
         let pid_file = k.state_dir().join("node-1").join("kafka.pid");
@@ -257,10 +258,41 @@ fn cross_runs(plan: &CrossPlan) -> Vec<Vec<String>> {
     ]
 }
 
+/// The bench runs of `cargo xtask bench cross` on a cluster of three Kafka nodes (after the one
+/// node's): the producer with acks=all and idempotence to 48 partitions of three replicas each,
+/// where one Produce request per broker carries a third of the partitions.
+fn cluster_runs(plan: &CrossPlan) -> Vec<Vec<String>> {
+    let producer: Vec<String> = [
+        "producer",
+        "--cases",
+        "kafka",
+        "--clients",
+        CROSS_CLIENTS,
+        "--kafka-partitions",
+        "48",
+        "--replication-factor",
+        "3",
+        "--acks",
+        "all",
+        "--idempotence",
+        "true",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .chain([
+        "--records".into(),
+        plan.records.max(1).to_string(),
+        "--repeat".into(),
+        plan.repeat.max(1).to_string(),
+    ])
+    .collect();
+    vec![producer]
+}
+
 /// `cargo xtask bench cross`: builds the peers, starts one Kafka node, warms it up (one untimed
 /// run of two clients), runs [`cross_runs`] against it with every run appended to the results
-/// file, stops it, and prints the tables of the file and writes its charts
-/// (`kafkit-bench report`).
+/// file, stops it, does the same with a cluster of three nodes and [`cluster_runs`], and prints
+/// the tables of the file and writes its charts (`kafkit-bench report`).
 ///
 /// Errors: a peer or Kafka cannot be had, or a bench run failed (every case runs regardless, and
 /// its runs stay in the results file).
@@ -282,7 +314,7 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
         .svg
         .clone()
         .unwrap_or_else(|| repo_root().join("docs").join("img"));
-    let (k, how, bootstrap) = start_kafka()?;
+    let (k, how, bootstrap) = start_kafka(1)?;
     let kafka = Some((k, how));
     let with_broker = |mut args: Vec<String>, record: bool| {
         args.extend(["--kafka".to_string(), bootstrap.clone()]);
@@ -306,7 +338,7 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
     .collect();
     // Every case runs even when one before it failed (its failed runs are in the results).
     let mut failed = Vec::new();
-    let warmed = cargo_run_bench(&with_broker(warm_up, false), &env);
+    let warmed = cargo_run_bench(&with_broker(warm_up.clone(), false), &env);
     if warmed.is_ok() {
         for run in cross_runs(plan) {
             if let Err(e) = cargo_run_bench(&with_broker(run.clone(), true), &env) {
@@ -316,6 +348,28 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
     }
     stop_kafka(kafka.as_ref());
     warmed?;
+    // The cluster's case: three nodes of their own, warmed up the same way.
+    let (k3, how3, bootstrap3) = start_kafka(3)?;
+    let cluster = Some((k3, how3));
+    let on_cluster = |mut args: Vec<String>, record: bool| {
+        args.extend(["--kafka".to_string(), bootstrap3.clone()]);
+        if record {
+            args.extend(["--json".to_string(), json.display().to_string()]);
+        }
+        args
+    };
+    let mut warm_up3 = warm_up.clone();
+    warm_up3.extend(["--replication-factor".into(), "3".into()]);
+    let warmed3 = cargo_run_bench(&on_cluster(warm_up3, false), &env);
+    if warmed3.is_ok() {
+        for run in cluster_runs(plan) {
+            if let Err(e) = cargo_run_bench(&on_cluster(run.clone(), true), &env) {
+                failed.push(format!("3 nodes: {}: {e}", run[..3].join(" ")));
+            }
+        }
+    }
+    stop_kafka(cluster.as_ref());
+    warmed3?;
     cargo_run_bench(
         &[
             "report".to_string(),
@@ -420,6 +474,16 @@ mod tests {
         assert!(has("--cases kafka-txn") && has("--txn-records 10000"));
         assert!(has("consumer --cases kafka") && has("--partitions 6,48"));
         assert!(has("--group --partitions 48 --records 5000"));
+        let cluster: Vec<String> = super::cluster_runs(&plan)
+            .iter()
+            .map(|r| r.join(" "))
+            .collect();
+        assert!(
+            cluster.iter().any(|l| l.contains("--replication-factor 3")
+                && l.contains("--acks all --idempotence true")
+                && l.contains(super::CROSS_CLIENTS)),
+            "{cluster:?}"
+        );
         for l in &lines {
             assert!(
                 l.contains(&format!("--clients {}", super::CROSS_CLIENTS)),

@@ -33,3 +33,7 @@ echo done
 # with a group program of its own, after the Reader's fetch-session fix of 9d8df2e; through xtask,
 # which builds the peers, against a broker started with `cargo xtask broker --port 19492 start --kafka`):
 #   cargo xtask bench consumer --cases kafka --kafka $K --clients ours,rdkafka,krafka,franz-go,kafka-go,java --group --partitions 48 --records 5000000 --repeat 3 --json $J
+# The cluster case (18 rows, 16:46-16:47 UTC, main at a9e6821), against three nodes started with
+# `cargo xtask broker --port 19600 start --kafka --brokers 3` (after a first set of 2 runs per
+# client on the fresh cluster, not kept, as its warm-up):
+#   cargo xtask bench producer --cases kafka --kafka 127.0.0.1:19600,127.0.0.1:19601,127.0.0.1:19602 --kafka-partitions 48 --replication-factor 3 --acks all --idempotence true --clients ours,rdkafka,krafka,franz-go,kafka-go,java --records 1000000 --repeat 3 --json $J

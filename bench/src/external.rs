@@ -113,6 +113,40 @@ pub fn run_group(client: Client, args: &[String]) -> Result<String, String> {
     }
 }
 
+/// How many `request` requests (`Produce`, `Fetch`) the brokers whose JMX addresses `jmx` lists
+/// have handled since they started (their request metrics, summed over the brokers and the
+/// versions), read by the Java peer's `broker-requests` (`KAFKIT_JAVA_PEER_CP`). Read before and
+/// after a run, the difference is the run's requests (the bench's own checks send neither).
+///
+/// Errors: the Java peer is not there or cannot read a broker.
+pub fn broker_requests(jmx: &str, request: &str) -> Result<u64, String> {
+    let cp = std::env::var(JAVA_CP_ENV)
+        .map_err(|_| format!("--kafka-jmx needs {JAVA_CP_ENV} (cargo xtask bench sets it)"))?;
+    let java = std::env::var(JAVA_ENV).unwrap_or_else(|_| "java".to_string());
+    let out = std::process::Command::new(&java)
+        .args([
+            "-cp",
+            &cp,
+            "kafkit.peer.Main",
+            "broker-requests",
+            "--jmx",
+            jmx,
+        ])
+        .args(["--request", request])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("run {java} (broker-requests): {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.lines().find_map(|l| l.strip_prefix("REQUESTS ")) {
+        Some(n) if out.status.success() => n
+            .trim()
+            .parse()
+            .map_err(|e| format!("broker-requests printed {n}: {e}")),
+        _ => Err(format!("broker-requests failed ({})", out.status)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

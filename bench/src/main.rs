@@ -197,6 +197,12 @@ struct ProducerArgs {
     /// `--kafka`).
     #[arg(long, default_value_t = 1)]
     replication_factor: i16,
+    /// The `kafka` cases' brokers' JMX addresses (`host:port,...`: `cargo xtask broker start
+    /// --kafka` prints them): the Produce requests of a client that does not count its own
+    /// (krafka) are read from the brokers' request metrics before and after its run (the Java
+    /// peer's `broker-requests`, `KAFKIT_JAVA_PEER_CP`).
+    #[arg(long)]
+    kafka_jmx: Option<String>,
     /// Runs of every case and client; the clients' order rotates between repeats.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
@@ -930,7 +936,19 @@ fn produce_once(
             client.name().into(),
         ];
         child.extend(workload.to_args());
-        run_child(client, &child)
+        // The brokers' count, for a client that does not say how many requests it sent.
+        let jmx = args
+            .kafka_jmx
+            .as_deref()
+            .filter(|_| matches!(case, Case::Kafka | Case::KafkaTxn) && client == Client::Krafka);
+        let before = jmx
+            .map(|j| external::broker_requests(j, "Produce"))
+            .transpose()?;
+        let mut r = run_child(client, &child)?;
+        if let (Some(j), Some(before), None) = (jmx, before, r.requests) {
+            r.requests = Some(external::broker_requests(j, "Produce")?.saturating_sub(before));
+        }
+        Ok(r)
     })
     .and_then(|r| {
         // On Kafka a transaction's commit marker takes an offset in each partition it wrote;

@@ -38,8 +38,11 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
     }
     let mut kafka = None;
     if needs_kafka(args) && !has_option(args, "--kafka") {
-        let (k, how, bootstrap) = start_kafka(1)?;
+        let (k, how, bootstrap, jmx) = start_kafka(1)?;
         bench_args.extend(["--kafka".to_string(), bootstrap]);
+        if !jmx.is_empty() {
+            bench_args.extend(["--kafka-jmx".to_string(), jmx]);
+        }
         kafka = Some((k, how));
     }
     bench_args.extend(args.iter().cloned());
@@ -64,7 +67,7 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
 /// A one-node Apache Kafka 4.4 of the bench's own on a free port, and its bootstrap address.
 ///
 /// Errors: Kafka cannot be installed or started.
-fn start_kafka(brokers: u32) -> Result<(crate::kafka::Kafka, Started, String), String> {
+fn start_kafka(brokers: u32) -> Result<(crate::kafka::Kafka, Started, String, String), String> {
     let k = crate::kafka::Kafka {
         port: crate::test::free_port()?,
         brokers,
@@ -72,7 +75,8 @@ fn start_kafka(brokers: u32) -> Result<(crate::kafka::Kafka, Started, String), S
     // Node i on port + i for one node; a cluster's nodes each on a free port of the OS's.
     let (how, nodes) = k.start(brokers > 1)?;
     let bootstrap = crate::kafka::Kafka::bootstrap(&nodes);
-    Ok((k, how, bootstrap))
+    let jmx = crate::kafka::Kafka::jmx_addresses(&nodes);
+    Ok((k, how, bootstrap, jmx))
 }
 
 /// Stops the Kafka [`start_kafka`] started (one that was running already is left alone).
@@ -95,7 +99,11 @@ fn peer_env(args: &[String]) -> Result<Vec<(&'static str, String)>, String> {
     let clients = option_value(args, "--clients").unwrap_or_default();
     let wants = |name: &str| clients.split(',').any(|c| c.trim() == name);
     let mut env = Vec::new();
-    if wants("java") && std::env::var_os(crate::java_peer::CLASS_PATH_ENV).is_none() {
+    // The Java peer also reads the brokers' request counts for krafka, whose producer does not
+    // count its requests (`broker-requests`, over JMX).
+    if (wants("java") || wants("krafka"))
+        && std::env::var_os(crate::java_peer::CLASS_PATH_ENV).is_none()
+    {
         env.push((crate::java_peer::CLASS_PATH_ENV, crate::java_peer::build()?));
     }
     if (wants("franz-go") || wants("kafka-go")) && std::env::var_os(GO_PEER_ENV).is_none() {
@@ -155,7 +163,7 @@ pub fn run_share(args: &[String]) -> Result<(), String> {
     let mut bench_args = vec!["share".to_string()];
     let mut kafka = None;
     if !has_option(args, "--bootstrap") {
-        let (k, how, bootstrap) = start_kafka(1)?;
+        let (k, how, bootstrap, _) = start_kafka(1)?;
         bench_args.extend(["--bootstrap".to_string(), bootstrap]);
         // The node's CPU over each run's window goes into the tables.
         let pid_file = k.state_dir().join("node-1").join("kafka.pid");
@@ -314,10 +322,13 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
         .svg
         .clone()
         .unwrap_or_else(|| repo_root().join("docs").join("img"));
-    let (k, how, bootstrap) = start_kafka(1)?;
+    let (k, how, bootstrap, jmx) = start_kafka(1)?;
     let kafka = Some((k, how));
     let with_broker = |mut args: Vec<String>, record: bool| {
         args.extend(["--kafka".to_string(), bootstrap.clone()]);
+        if !jmx.is_empty() {
+            args.extend(["--kafka-jmx".to_string(), jmx.clone()]);
+        }
         if record {
             args.extend(["--json".to_string(), json.display().to_string()]);
         }
@@ -349,10 +360,13 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
     stop_kafka(kafka.as_ref());
     warmed?;
     // The cluster's case: three nodes of their own, warmed up the same way.
-    let (k3, how3, bootstrap3) = start_kafka(3)?;
+    let (k3, how3, bootstrap3, jmx3) = start_kafka(3)?;
     let cluster = Some((k3, how3));
     let on_cluster = |mut args: Vec<String>, record: bool| {
         args.extend(["--kafka".to_string(), bootstrap3.clone()]);
+        if !jmx3.is_empty() {
+            args.extend(["--kafka-jmx".to_string(), jmx3.clone()]);
+        }
         if record {
             args.extend(["--json".to_string(), json.display().to_string()]);
         }

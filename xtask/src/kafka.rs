@@ -131,6 +131,10 @@ pub struct Node {
     /// The MTLS listener (TLS with a client certificate required); `None` as for
     /// [`Node::ssl_port`].
     pub mtls_port: Option<u16>,
+    /// The JMX (RMI) port, bound to 127.0.0.1, without authentication: the broker's own
+    /// metrics, such as its request counts, which the benches read
+    /// (`kafkit.peer.Main broker-requests`); `None` as for [`Node::ssl_port`].
+    pub jmx_port: Option<u16>,
 }
 
 /// An Apache Kafka cluster of ours, named by its first node's client port.
@@ -177,6 +181,7 @@ impl Kafka {
                     sasl_port: optional_port(next()),
                     ssl_port: optional_port(next()),
                     mtls_port: optional_port(next()),
+                    jmx_port: optional_port(next()),
                 })
             })
             .collect()
@@ -206,6 +211,11 @@ impl Kafka {
     /// has).
     pub fn mtls_bootstrap(nodes: &[Node]) -> String {
         listener_bootstrap(nodes, |n| n.mtls_port)
+    }
+
+    /// `127.0.0.1:<JMX port>,...` of every node with JMX (empty when none).
+    pub fn jmx_addresses(nodes: &[Node]) -> String {
+        listener_bootstrap(nodes, |n| n.jmx_port)
     }
 
     /// The folder of the TLS listeners' certificates (`ca.pem`, `client.pem`, `client-key.pem`,
@@ -253,7 +263,7 @@ impl Kafka {
         for n in &nodes {
             let _ = writeln!(
                 table,
-                "{} {} {} {} {} {} {} {}",
+                "{} {} {} {} {} {} {} {} {}",
                 n.id,
                 n.port,
                 n.controller_port,
@@ -261,7 +271,8 @@ impl Kafka {
                 n.relay_port,
                 n.sasl_port.unwrap_or_default(),
                 n.ssl_port.unwrap_or_default(),
-                n.mtls_port.unwrap_or_default()
+                n.mtls_port.unwrap_or_default(),
+                n.jmx_port.unwrap_or_default()
             );
         }
         fs::write(self.state_dir().join("cluster"), table)
@@ -329,6 +340,18 @@ impl Kafka {
             .map(str::to_string)
             .into();
             command.push(format!("-Dkafka.logs.dir={}", dir.display()));
+            if let Some(jmx) = n.jmx_port {
+                // JMX on loopback only, one port for the registry and the connections.
+                command.extend([
+                    "-Dcom.sun.management.jmxremote".to_string(),
+                    format!("-Dcom.sun.management.jmxremote.port={jmx}"),
+                    format!("-Dcom.sun.management.jmxremote.rmi.port={jmx}"),
+                    "-Dcom.sun.management.jmxremote.host=127.0.0.1".to_string(),
+                    "-Djava.rmi.server.hostname=127.0.0.1".to_string(),
+                    "-Dcom.sun.management.jmxremote.authenticate=false".to_string(),
+                    "-Dcom.sun.management.jmxremote.ssl=false".to_string(),
+                ]);
+            }
             command.push(format!(
                 "-Dlog4j2.configurationFile={}",
                 self.state_dir().join("log4j2.properties").display()
@@ -391,6 +414,10 @@ impl Kafka {
             Kafka::mtls_bootstrap(&nodes),
             self.tls_dir().display()
         );
+        println!(
+            "broker: JMX (the broker's metrics; no authentication, loopback only) at {}",
+            Kafka::jmx_addresses(&nodes)
+        );
         Ok((Started::Spawned, nodes))
     }
 
@@ -406,7 +433,8 @@ impl Kafka {
             let (sasl_port, ls) = free_port()?;
             let (ssl_port, lt) = free_port()?;
             let (mtls_port, lm) = free_port()?;
-            held.extend([lc, lr, lp, ls, lt, lm]);
+            let (jmx_port, lj) = free_port()?;
+            held.extend([lc, lr, lp, ls, lt, lm, lj]);
             let port = if free_ports && i > 0 {
                 let (a, la) = free_port()?;
                 held.push(la);
@@ -424,6 +452,7 @@ impl Kafka {
                 sasl_port: Some(sasl_port),
                 ssl_port: Some(ssl_port),
                 mtls_port: Some(mtls_port),
+                jmx_port: Some(jmx_port),
             });
         }
         Ok(nodes)
@@ -939,6 +968,7 @@ mod tests {
             sasl_port: Some(5),
             ssl_port: Some(6),
             mtls_port: Some(7),
+            jmx_port: Some(8),
         };
         let dir = Path::new("/state/node-1");
         let with = server_properties(&node, &[node], dir, Path::new("/tls"), true);

@@ -98,6 +98,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   <li>{@code group-bench ...}: kafkit-bench's {@code group} workload ({@link BenchGroup}):
  *       {@code --members} group consumers in this one process, the last leaving part-way; one
  *       {@code GROUP} line; exit 3 for an assignor kafka-clients lacks.
+ *   <li>{@code broker-requests --jmx HOST:PORT[,...] --request Produce|Fetch}: the brokers'
+ *       count of such requests (their request metrics over JMX; {@link BrokerRequests}).
  * </ul>
  *
  * <p>A failure prints {@code {"event":"error","message":...}} and exits 1.
@@ -115,6 +117,9 @@ public final class Main {
             if (argv[0].equals("produce-bench") || argv[0].equals("consume-bench")
                     || argv[0].equals("group-bench")) {
                 Bench.main(argv);
+            }
+            if (argv[0].equals("broker-requests")) {
+                BrokerRequests.main(argv);
             }
             Map<String, String> args = options(argv);
             switch (argv[0]) {

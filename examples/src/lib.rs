@@ -1,6 +1,6 @@
-//! The examples' shared pieces ([`bootstrap`], [`ensure_topics`], [`exit`]) and the README
-//! examples as doc tests: this package depends on `kafkit` and `tokio` only, so they compile the
-//! way a user's project would.
+//! The examples' shared pieces ([`bootstrap`], [`ensure_topics`], [`exit`]), and the README
+//! examples and the guides' code blocks (docs/guide/) as doc tests: this package depends on
+//! `kafkit` and `tokio` only, so they compile the way a user's project would.
 //!
 //! Run an example against a local broker (`cargo xtask broker start` listens on 127.0.0.1:19092):
 //!

@@ -1,6 +1,6 @@
-//! The examples' shared pieces ([`bootstrap`], [`ensure_topics`], [`exit`]) and the README
-//! examples as doc tests: this package depends on `kafkit` and `tokio` only, so they compile the
-//! way a user's project would.
+//! The examples' shared pieces ([`bootstrap`], [`ensure_topics`], [`exit`]), and the README
+//! examples and the guides' code blocks (docs/guide/) as doc tests: this package depends on
+//! `kafkit` and `tokio` only, so they compile the way a user's project would.
 //!
 //! Run an example against a local broker (`cargo xtask broker start` listens on 127.0.0.1:19092):
 //!
@@ -111,3 +111,39 @@ pub struct RootReadme;
 #[cfg(doctest)]
 #[doc = include_str!("../../crates/kafkit/README.md")]
 pub struct KafkitReadme;
+
+/// The guides' examples (docs/guide/), compiled the same way: each guide's code blocks are doc
+/// tests here, so a guide cannot drift from the API.
+#[cfg(doctest)]
+pub mod guides {
+    /// docs/guide/README.md
+    #[doc = include_str!("../../docs/guide/README.md")]
+    pub struct GuideIndex;
+    /// docs/guide/producing.md
+    #[doc = include_str!("../../docs/guide/producing.md")]
+    pub struct GuideProducing;
+    /// docs/guide/consuming.md
+    #[doc = include_str!("../../docs/guide/consuming.md")]
+    pub struct GuideConsuming;
+    /// docs/guide/groups.md
+    #[doc = include_str!("../../docs/guide/groups.md")]
+    pub struct GuideGroups;
+    /// docs/guide/transactions.md
+    #[doc = include_str!("../../docs/guide/transactions.md")]
+    pub struct GuideTransactions;
+    /// docs/guide/share-groups.md
+    #[doc = include_str!("../../docs/guide/share-groups.md")]
+    pub struct GuideShareGroups;
+    /// docs/guide/security.md
+    #[doc = include_str!("../../docs/guide/security.md")]
+    pub struct GuideSecurity;
+    /// docs/guide/observability.md
+    #[doc = include_str!("../../docs/guide/observability.md")]
+    pub struct GuideObservability;
+    /// docs/guide/tuning.md
+    #[doc = include_str!("../../docs/guide/tuning.md")]
+    pub struct GuideTuning;
+    /// docs/guide/from-rust-rdkafka.md
+    #[doc = include_str!("../../docs/guide/from-rust-rdkafka.md")]
+    pub struct GuideFromRustRdkafka;
+}

@@ -8,6 +8,11 @@
 //! partitions at once, which it is only when the first run left the group (a member that
 //! stayed holds the rebalance until its 10 s session times out). The two brokers' stages run
 //! side by side. Each run has [`TIMEOUT`]; a failure prints the example's whole output.
+//!
+//! A broker ([`Target`]) comes with the environment its runs get: the Apache Kafka rig's
+//! secured listeners (`KAFKIT_KAFKA_SASL_BOOTSTRAP`...), which the `security` example reads.
+//! An example that needs a variable the target lacks ([`NEEDS_ENV`]) is skipped there, with a
+//! line that says so.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -74,6 +79,16 @@ const STAGES: [&[Run]; 3] = [
             label: "metrics_prometheus",
             check: check_metrics_prometheus,
         },
+        Run {
+            example: "security",
+            label: "security",
+            check: check_security,
+        },
+        Run {
+            example: "throughput",
+            label: "throughput",
+            check: check_throughput,
+        },
     ],
     &[
         Run {
@@ -89,22 +104,57 @@ const STAGES: [&[Run]; 3] = [
     ],
 ];
 
-/// Examples that need a broker feature tansu lacks (share groups, KIP-932): run on every broker
-/// but the one named `tansu`.
-const NOT_ON_TANSU: &[&str] = &["share"];
+/// Examples that need a broker feature tansu lacks (share groups, KIP-932; the Kafka rig's
+/// SASL and TLS listeners): run on every broker but the one named `tansu`.
+const NOT_ON_TANSU: &[&str] = &["share", "security"];
+
+/// The environment variables an example needs from its [`Target`]: the Kafka rig's SASL
+/// listener, its SSL and MTLS listeners and the folder of their certificates (see
+/// `crate::test`'s `KAFKA_*_ENV`).
+const NEEDS_ENV: &[(&str, &[&str])] = &[(
+    "security",
+    &[
+        crate::test::KAFKA_SASL_BOOTSTRAP_ENV,
+        crate::test::KAFKA_SSL_BOOTSTRAP_ENV,
+        crate::test::KAFKA_MTLS_BOOTSTRAP_ENV,
+        crate::test::KAFKA_TLS_DIR_ENV,
+    ],
+)];
+
+/// A broker the examples run against.
+pub struct Target<'a> {
+    /// Its name in the report (`tansu`, `Apache Kafka`).
+    pub name: &'a str,
+    /// Its bootstrap address, passed as `--bootstrap`.
+    pub bootstrap: &'a str,
+    /// Environment variables every run against it gets (the secured listeners).
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl Target<'_> {
+    /// The variables of [`NEEDS_ENV`] that `example` needs and this target lacks.
+    fn missing(&self, example: &str) -> Vec<&'static str> {
+        NEEDS_ENV
+            .iter()
+            .filter(|(e, _)| *e == example)
+            .flat_map(|(_, names)| names.iter().copied())
+            .filter(|n| !self.env.iter().any(|(k, v)| k == n && !v.is_empty()))
+            .collect()
+    }
+}
 
 /// Builds the examples (`cargo build --workspace --examples`, the features the test steps
-/// build with, so nothing is compiled twice) and runs them against each of `brokers` (a name
-/// for the report, a bootstrap address). Returns an error naming every run that failed.
-pub fn run(brokers: &[(&str, &str)]) -> Result<(), String> {
+/// build with, so nothing is compiled twice) and runs them against each of `brokers`. Returns
+/// an error naming every run that failed.
+pub fn run(brokers: &[Target<'_>]) -> Result<(), String> {
     let started = Instant::now();
     let binaries = build()?;
     let failures: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = brokers
             .iter()
-            .map(|(name, addr)| {
+            .map(|target| {
                 let binaries = &binaries;
-                s.spawn(move || run_stages(name, addr, binaries))
+                s.spawn(move || run_stages(target, binaries))
             })
             .collect();
         handles
@@ -186,18 +236,30 @@ fn build() -> Result<Vec<(String, PathBuf)>, String> {
 
 /// The stages against one broker; stops at the first stage with a failure. Returns the
 /// failures, each naming the broker and the run.
-fn run_stages(broker: &str, addr: &str, binaries: &[(String, PathBuf)]) -> Vec<String> {
+fn run_stages(target: &Target<'_>, binaries: &[(String, PathBuf)]) -> Vec<String> {
+    let broker = target.name;
     for stage in STAGES {
         let failures: Vec<String> = std::thread::scope(|s| {
             let handles: Vec<_> = stage
                 .iter()
                 .filter(|r| !(broker == "tansu" && NOT_ON_TANSU.contains(&r.example)))
+                .filter(|r| {
+                    let missing = target.missing(r.example);
+                    if !missing.is_empty() {
+                        println!(
+                            "xtask test: example {} on {broker}: skipped ({} not given)",
+                            r.label,
+                            missing.join(", ")
+                        );
+                    }
+                    missing.is_empty()
+                })
                 .map(|r| {
                     let exe = binaries
                         .iter()
                         .find(|(n, _)| n == r.example)
                         .map(|(_, p)| p.as_path());
-                    s.spawn(move || run_one(broker, addr, r, exe))
+                    s.spawn(move || run_one(target, r, exe))
                 })
                 .collect();
             handles
@@ -217,7 +279,8 @@ fn run_stages(broker: &str, addr: &str, binaries: &[(String, PathBuf)]) -> Vec<S
 }
 
 /// Runs one example to its end (or [`TIMEOUT`]) and checks its exit status and output.
-fn run_one(broker: &str, addr: &str, run: &Run, exe: Option<&Path>) -> Result<(), String> {
+fn run_one(target: &Target<'_>, run: &Run, exe: Option<&Path>) -> Result<(), String> {
+    let broker = target.name;
     let fail = |why: String, output: &str| {
         let mut report = format!("{} on {broker}: {why}", run.label);
         if !output.is_empty() {
@@ -231,8 +294,9 @@ fn run_one(broker: &str, addr: &str, run: &Run, exe: Option<&Path>) -> Result<()
     let exe = exe.ok_or_else(|| fail("not built".to_owned(), ""))?;
     let started = Instant::now();
     let mut child = Command::new(exe)
-        .args(["--bootstrap", addr])
+        .args(["--bootstrap", target.bootstrap])
         .env_remove("KAFKIT_BOOTSTRAP")
+        .envs(target.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -348,6 +412,31 @@ fn check_share(out: &str) -> Result<(), String> {
         out,
         "accepted 100 of 100 jobs, 10 released and delivered again",
     )
+}
+
+/// A record written over each of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, TLS and
+/// mutual TLS, and the six read back over mutual TLS.
+fn check_security(out: &str) -> Result<(), String> {
+    for how in [
+        "PLAIN",
+        "SCRAM-SHA-256",
+        "SCRAM-SHA-512",
+        "OAUTHBEARER",
+        "TLS",
+        "mTLS",
+    ] {
+        need(
+            out,
+            &format!("\n{how}: wrote kafkit-example-secure/0 at offset "),
+        )?;
+    }
+    need(out, "read back 6 records over mutual TLS")
+}
+
+/// Its 50 000 records written and read back.
+fn check_throughput(out: &str) -> Result<(), String> {
+    need(out, "wrote 50000 records in ")?;
+    need(out, "read 50000 records in ")
 }
 
 /// Everything `produce` wrote (at least its 1001 records) read back.
@@ -495,6 +584,44 @@ mod tests {
         assert_eq!(check_group(good), Ok(()));
         assert!(check_group(&good.replace("2002", "0")).is_err());
         assert!(check_group(&good.replace(" kafkit-example-orders/2", "")).is_err());
+    }
+
+    /// `security` runs only where the Kafka rig's four secured-listener variables are given.
+    #[test]
+    fn security_needs_the_secured_listeners() {
+        let mut target = Target {
+            name: "Apache Kafka",
+            bootstrap: "127.0.0.1:9092",
+            env: vec![(
+                crate::test::KAFKA_SASL_BOOTSTRAP_ENV,
+                "127.0.0.1:9093".into(),
+            )],
+        };
+        assert_eq!(target.missing("security").len(), 3);
+        assert!(target.missing("produce").is_empty());
+        target.env.extend([
+            (
+                crate::test::KAFKA_SSL_BOOTSTRAP_ENV,
+                "127.0.0.1:9094".into(),
+            ),
+            (
+                crate::test::KAFKA_MTLS_BOOTSTRAP_ENV,
+                "127.0.0.1:9095".into(),
+            ),
+            (crate::test::KAFKA_TLS_DIR_ENV, "/tmp/tls".into()),
+        ]);
+        assert!(target.missing("security").is_empty());
+        let good = "created kafkit-example-secure (1 partitions)\n\
+                    PLAIN: wrote kafkit-example-secure/0 at offset 0\n\
+                    SCRAM-SHA-256: wrote kafkit-example-secure/0 at offset 1\n\
+                    SCRAM-SHA-512: wrote kafkit-example-secure/0 at offset 2\n\
+                    OAUTHBEARER: wrote kafkit-example-secure/0 at offset 3\n\
+                    TLS: wrote kafkit-example-secure/0 at offset 4\n\
+                    mTLS: wrote kafkit-example-secure/0 at offset 5\n\
+                    read back 6 records over mutual TLS: over PLAIN, ...\n";
+        assert_eq!(check_security(good), Ok(()));
+        let no_tls = good.replace("\nTLS: wrote", "\nTLS: failed");
+        assert!(check_security(&no_tls).unwrap_err().contains("TLS: wrote"));
     }
 
     /// Every example of the package runs in the step, and every run names one of them.

@@ -120,7 +120,10 @@ enum Command {
     KrafkaPeer,
     /// Build the examples (package kafkit-examples) and run each against running brokers,
     /// checking its output, as the gate's `examples` step does (e.g. `cargo xtask examples
-    /// --tansu 127.0.0.1:19092 --kafka 127.0.0.1:29092`).
+    /// --tansu 127.0.0.1:19092 --kafka 127.0.0.1:29092`). The `security` example runs on Kafka
+    /// when KAFKIT_KAFKA_SASL_BOOTSTRAP, KAFKIT_KAFKA_SSL_BOOTSTRAP, KAFKIT_KAFKA_MTLS_BOOTSTRAP
+    /// and KAFKIT_KAFKA_TLS_DIR give the rig's secured listeners (`broker start --kafka` prints
+    /// them), and is skipped otherwise.
     Examples {
         /// tansu's bootstrap address (`HOST:PORT`).
         #[arg(long)]
@@ -328,12 +331,29 @@ fn main() {
         Command::GoPeer => go_peer::build().map(|bin| println!("{}", bin.display())),
         Command::KrafkaPeer => krafka_peer::build().map(|bin| println!("{bin}")),
         Command::Examples { tansu, kafka } => {
-            let brokers: Vec<(&str, &str)> = [
-                ("tansu", tansu.as_deref()),
-                ("Apache Kafka", kafka.as_deref()),
+            // The Kafka rig's secured listeners (the `security` example), from this process's
+            // environment when set: `cargo xtask broker start --kafka` prints them.
+            let secure: Vec<(&'static str, String)> = [
+                test::KAFKA_SASL_BOOTSTRAP_ENV,
+                test::KAFKA_SSL_BOOTSTRAP_ENV,
+                test::KAFKA_MTLS_BOOTSTRAP_ENV,
+                test::KAFKA_TLS_DIR_ENV,
             ]
             .into_iter()
-            .filter_map(|(n, a)| Some((n, a?)))
+            .filter_map(|n| Some((n, std::env::var(n).ok()?)))
+            .collect();
+            let brokers: Vec<examples::Target<'_>> = [
+                ("tansu", tansu.as_deref(), Vec::new()),
+                ("Apache Kafka", kafka.as_deref(), secure),
+            ]
+            .into_iter()
+            .filter_map(|(name, addr, env)| {
+                Some(examples::Target {
+                    name,
+                    bootstrap: addr?,
+                    env,
+                })
+            })
             .collect();
             if brokers.is_empty() {
                 Err("examples: give --tansu HOST:PORT and/or --kafka HOST:PORT".to_owned())

@@ -28,7 +28,8 @@
 //!    Then the examples (see [`crate::examples`]): `cargo build --workspace --examples`, then
 //!    each built `kafkit-examples` binary against tansu and against the one-node Kafka, with a
 //!    timeout each, its output checked (the produce example's offsets, the consumers reading
-//!    what it wrote, the transact example's committed records, a rerun assigned at once)
+//!    what it wrote, the transact example's committed records, a rerun assigned at once); the
+//!    `security` example gets the one-node Kafka's SASL and TLS listeners as above
 //! 7. `cargo nextest run --workspace --no-fail-fast --profile ci` (unit and integration tests)
 //! 8. `cargo test --workspace --doc`, and kafkit-compress's `java_interop` (ignored by default:
 //!    it needs the Java codec jars, which the Java peer's class path holds)
@@ -397,7 +398,22 @@ fn run_tests(
     };
     // The examples, built once and run against tansu and the one-node Kafka (their output
     // checked), before the test binaries load the machine.
-    crate::examples::run(&[("tansu", &bootstrap), ("Apache Kafka", &kafka.bootstrap)])?;
+    let tansu = crate::examples::Target {
+        name: "tansu",
+        bootstrap: &bootstrap,
+        env: Vec::new(),
+    };
+    let apache = crate::examples::Target {
+        name: "Apache Kafka",
+        bootstrap: &kafka.bootstrap,
+        env: vec![
+            (KAFKA_SASL_BOOTSTRAP_ENV, kafka.sasl_bootstrap.clone()),
+            (KAFKA_SSL_BOOTSTRAP_ENV, kafka.ssl_bootstrap.clone()),
+            (KAFKA_MTLS_BOOTSTRAP_ENV, kafka.mtls_bootstrap.clone()),
+            (KAFKA_TLS_DIR_ENV, kafka.tls_dir.clone()),
+        ],
+    };
+    crate::examples::run(&[tansu, apache])?;
     if !has_nextest() {
         // Fallback for machines without cargo-nextest: libtest runs everything, doc tests included.
         println!("xtask test: note: cargo-nextest is not installed; running `cargo test` instead");

@@ -120,6 +120,28 @@
 //! converts into [`Error`], whose [`Error::category`] says how to recover from it (KIP-1050,
 //! [`ErrorCategory`]).
 //!
+//! # Guides
+//!
+//! Task by task, with code that compiles and a runnable example each
+//! ([the index](https://github.com/kafkit/kafkit/blob/main/docs/guide/README.md)):
+//! - [producing](https://github.com/kafkit/kafkit/blob/main/docs/guide/producing.md): keys,
+//!   balancers, acks, idempotence, one Produce request per broker, per-record errors;
+//! - [consuming](https://github.com/kafkit/kafkit/blob/main/docs/guide/consuming.md): the
+//!   [`Reader`], [`StartOffset`], seek, pause / resume, `read_committed`;
+//! - [consumer groups](https://github.com/kafkit/kafkit/blob/main/docs/guide/groups.md):
+//!   protocols, commits, rebalance listeners, static membership;
+//! - [transactions](https://github.com/kafkit/kafkit/blob/main/docs/guide/transactions.md):
+//!   consume-transform-produce, exactly once;
+//! - [share groups](https://github.com/kafkit/kafkit/blob/main/docs/guide/share-groups.md): the
+//!   [`ShareReader`] work queue (Kafka 4.2+);
+//! - [security](https://github.com/kafkit/kafkit/blob/main/docs/guide/security.md): TLS, mTLS,
+//!   PLAIN, SCRAM, OAUTHBEARER, AWS_MSK_IAM;
+//! - [observability](https://github.com/kafkit/kafkit/blob/main/docs/guide/observability.md):
+//!   `tracing`, the `metrics` facade, KIP-714, OpenTelemetry;
+//! - [tuning](https://github.com/kafkit/kafkit/blob/main/docs/guide/tuning.md): throughput,
+//!   latency and memory settings with their Java names;
+//! - [coming from rust-rdkafka](https://github.com/kafkit/kafkit/blob/main/docs/guide/from-rust-rdkafka.md).
+//!
 //! # Cargo features
 //!
 //! | feature | default | what it brings |

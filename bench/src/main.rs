@@ -941,12 +941,16 @@ fn produce_once(
             .kafka_jmx
             .as_deref()
             .filter(|_| matches!(case, Case::Kafka | Case::KafkaTxn) && client == Client::Krafka);
-        let before = jmx
-            .map(|j| external::broker_requests(j, "Produce"))
-            .transpose()?;
+        // A side figure: when it cannot be read the run stands, its requests unknown.
+        let count = |j: &str| {
+            external::broker_requests(j, "Produce")
+                .map_err(|e| eprintln!("kafkit-bench: the brokers' request count: {e}"))
+                .ok()
+        };
+        let before = jmx.and_then(count);
         let mut r = run_child(client, &child)?;
         if let (Some(j), Some(before), None) = (jmx, before, r.requests) {
-            r.requests = Some(external::broker_requests(j, "Produce")?.saturating_sub(before));
+            r.requests = count(j).map(|after| after.saturating_sub(before));
         }
         Ok(r)
     })

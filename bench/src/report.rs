@@ -321,9 +321,12 @@ fn charts_of(runs: &[Value], bench: &str, p: i64) -> Vec<(String, String)> {
     let cases = collect(runs);
     let clients = clients_in(&cases);
     let machine = runs[0]["machine"]["cores"].as_u64().unwrap_or(0);
-    let broker = runs[0]["broker"].as_str().unwrap_or_default().to_string();
+    let mut brokers: Vec<&str> = runs.iter().filter_map(|v| v["broker"].as_str()).collect();
+    brokers.sort_unstable();
+    brokers.dedup();
     let note = format!(
-        "{broker}; {machine} cores shared by the broker and the client; median of the repeats, whisker: range"
+        "{}; {machine} cores shared by the brokers and the client; median of the repeats, whisker: range",
+        brokers.join(" and ")
     );
     let groups = |pick: fn(&Cell) -> &Vec<f64>| -> Vec<svg::BarGroup> {
         cases

@@ -40,7 +40,7 @@ pub fn run(bench: &str, args: &[String]) -> Result<(), String> {
     if needs_kafka(args) && !has_option(args, "--kafka") {
         let (k, how, bootstrap, jmx) = start_kafka(1)?;
         bench_args.extend(["--kafka".to_string(), bootstrap]);
-        if !jmx.is_empty() {
+        if !jmx.is_empty() && bench == "producer" {
             bench_args.extend(["--kafka-jmx".to_string(), jmx]);
         }
         kafka = Some((k, how));
@@ -71,6 +71,8 @@ fn start_kafka(brokers: u32) -> Result<(crate::kafka::Kafka, Started, String, St
     let k = crate::kafka::Kafka {
         port: crate::test::free_port()?,
         brokers,
+        // The brokers' request counts, for a client that does not count its requests.
+        jmx: true,
     };
     // Node i on port + i for one node; a cluster's nodes each on a free port of the OS's.
     let (how, nodes) = k.start(brokers > 1)?;
@@ -326,7 +328,7 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
     let kafka = Some((k, how));
     let with_broker = |mut args: Vec<String>, record: bool| {
         args.extend(["--kafka".to_string(), bootstrap.clone()]);
-        if !jmx.is_empty() {
+        if !jmx.is_empty() && args.first().is_some_and(|a| a == "producer") {
             args.extend(["--kafka-jmx".to_string(), jmx.clone()]);
         }
         if record {
@@ -364,7 +366,7 @@ pub fn run_cross(plan: &CrossPlan) -> Result<(), String> {
     let cluster = Some((k3, how3));
     let on_cluster = |mut args: Vec<String>, record: bool| {
         args.extend(["--kafka".to_string(), bootstrap3.clone()]);
-        if !jmx3.is_empty() {
+        if !jmx3.is_empty() && args.first().is_some_and(|a| a == "producer") {
             args.extend(["--kafka-jmx".to_string(), jmx3.clone()]);
         }
         if record {

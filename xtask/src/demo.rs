@@ -53,7 +53,11 @@ pub fn run(args: &[String], kafka: bool) -> Result<(), String> {
         return Err(format!("building the demo failed ({status})"));
     }
     let port = crate::test::free_port()?;
-    let cluster = Kafka { port, brokers: 3 };
+    let cluster = Kafka {
+        port,
+        brokers: 3,
+        jmx: false,
+    };
     let (started, nodes) = cluster.start(true)?;
     if started == Started::AlreadyRunning {
         // A free port was just picked, so this is a race with another program; using a

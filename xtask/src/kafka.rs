@@ -144,6 +144,9 @@ pub struct Kafka {
     pub port: u16,
     /// Number of nodes (1 or 3).
     pub brokers: u32,
+    /// Whether `start` opens each node's JMX ([`Node::jmx_port`]): for the benches only (JMX
+    /// without authentication lets any local user act as the broker's user).
+    pub jmx: bool,
 }
 
 impl Kafka {
@@ -414,10 +417,12 @@ impl Kafka {
             Kafka::mtls_bootstrap(&nodes),
             self.tls_dir().display()
         );
-        println!(
-            "broker: JMX (the broker's metrics; no authentication, loopback only) at {}",
-            Kafka::jmx_addresses(&nodes)
-        );
+        if self.jmx {
+            println!(
+                "broker: JMX (the broker's metrics; no authentication, loopback only) at {}",
+                Kafka::jmx_addresses(&nodes)
+            );
+        }
         Ok((Started::Spawned, nodes))
     }
 
@@ -433,8 +438,14 @@ impl Kafka {
             let (sasl_port, ls) = free_port()?;
             let (ssl_port, lt) = free_port()?;
             let (mtls_port, lm) = free_port()?;
-            let (jmx_port, lj) = free_port()?;
-            held.extend([lc, lr, lp, ls, lt, lm, lj]);
+            held.extend([lc, lr, lp, ls, lt, lm]);
+            let jmx_port = if self.jmx {
+                let (p, lj) = free_port()?;
+                held.push(lj);
+                Some(p)
+            } else {
+                None
+            };
             let port = if free_ports && i > 0 {
                 let (a, la) = free_port()?;
                 held.push(la);
@@ -452,7 +463,7 @@ impl Kafka {
                 sasl_port: Some(sasl_port),
                 ssl_port: Some(ssl_port),
                 mtls_port: Some(mtls_port),
-                jmx_port: Some(jmx_port),
+                jmx_port,
             });
         }
         Ok(nodes)

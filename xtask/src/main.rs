@@ -210,6 +210,11 @@ enum BrokerAction {
         /// three, replication factor 3, min.insync.replicas=2). Node i listens on port + i.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
         brokers: u32,
+        /// Open each Kafka node's JMX (the broker's metrics, read by the benches'
+        /// `--kafka-jmx`) on a free loopback port, without authentication: any local user can
+        /// then act as the broker's user, so only on a machine of your own.
+        #[arg(long)]
+        jmx: bool,
     },
     /// Stop the broker (Kafka or tansu) started by `start` on the port.
     Stop,
@@ -226,7 +231,13 @@ enum BrokerAction {
 
 /// `broker start`: Apache Kafka when asked for, or by default where Java and Maven are present;
 /// tansu when asked for or when Kafka cannot run here.
-fn start_broker(port: u16, kafka: bool, tansu: bool, brokers: u32) -> Result<(), String> {
+fn start_broker(
+    port: u16,
+    kafka: bool,
+    tansu: bool,
+    brokers: u32,
+    jmx: bool,
+) -> Result<(), String> {
     let use_kafka = kafka || (!tansu && kafka::available());
     if !use_kafka {
         if !tansu {
@@ -237,7 +248,7 @@ fn start_broker(port: u16, kafka: bool, tansu: bool, brokers: u32) -> Result<(),
         }
         return broker::Broker { port }.start().map(drop);
     }
-    kafka::Kafka { port, brokers }.start(false).map(drop)
+    kafka::Kafka { port, brokers, jmx }.start(false).map(drop)
 }
 
 fn main() {
@@ -259,13 +270,18 @@ fn main() {
         }
         Command::Broker { action, port } => {
             let b = broker::Broker { port };
-            let k = kafka::Kafka { port, brokers: 0 };
+            let k = kafka::Kafka {
+                port,
+                brokers: 0,
+                jmx: false,
+            };
             match action {
                 BrokerAction::Start {
                     kafka,
                     tansu,
                     brokers,
-                } => start_broker(port, kafka, tansu, brokers),
+                    jmx,
+                } => start_broker(port, kafka, tansu, brokers, jmx),
                 BrokerAction::Stop => {
                     // A port holds Kafka or tansu: "not running" only when neither was there.
                     let kafka_here = !k.nodes().is_empty();

@@ -29,6 +29,7 @@ pub fn run(command: &str, args: &[String]) -> Result<(), String> {
         let cluster = Kafka {
             port: free_port()?,
             brokers: 3,
+            jmx: false,
         };
         let (started, nodes) = cluster.start(true)?;
         Some((cluster, started, Kafka::bootstrap(&nodes)))

@@ -252,10 +252,12 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     let kafka = Kafka {
         port: free_port()?,
         brokers: 1,
+        jmx: false,
     };
     let kafka3 = Kafka {
         port: free_port()?,
         brokers: 3,
+        jmx: false,
     };
     // The two clusters start side by side (each start is mostly JVM warm-up).
     let (kafka_started, kafka3_started) = std::thread::scope(|s| {

@@ -523,13 +523,16 @@ async fn metadata_rebootstrap_required_on_kafka() {
         .metadata_recovery_strategy(MetadataRecoveryStrategy::None)
         .retry_backoff(Duration::from_millis(50))
         .retry_backoff_max(Duration::from_millis(200))
-        .default_api_timeout(Duration::from_secs(2))
+        // Long enough for a damaged answer to come back within it on a loaded machine (with
+        // 2 s the first answer once came too late: a plain Timeout, no error to carry).
+        .default_api_timeout(Duration::from_secs(5))
         .build()
         .expect("transport");
     assert_eq!(cluster_id(&t).await, id);
     let before = metadata_requests(&relay);
     let known = *before.last().expect("the bootstrap Metadata request");
-    // More than the deadline can use: every answer within it is damaged.
+    // More than the deadline can use (at least 50 ms of backoff each: at most 100 in 5 s): every
+    // answer within it is damaged.
     const ARMED: usize = 200;
     for _ in 0..ARMED {
         relay.fault_next_response(

@@ -1,5 +1,6 @@
-//! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench, fuzz, soak, capture).
+//! `cargo xtask`: the project's tasks (codegen, api, broker, test, demo, bench, fuzz, soak, capture).
 
+mod api;
 mod bench;
 mod broker;
 mod codegen;
@@ -128,6 +129,14 @@ enum Command {
         /// Apache Kafka's bootstrap address (`HOST:PORT`).
         #[arg(long)]
         kafka: Option<String>,
+    },
+    /// Write the public API of each published library crate to api/<crate>.txt (from rustdoc's
+    /// JSON on the stable toolchain), or with --check fail, printing the diff, where a committed
+    /// listing is out of date (part of `cargo xtask test`).
+    Api {
+        /// Compare with the committed listings instead of writing them.
+        #[arg(long)]
+        check: bool,
     },
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
@@ -341,6 +350,7 @@ fn main() {
                 examples::run(&brokers)
             }
         }
+        Command::Api { check } => api::run(check),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

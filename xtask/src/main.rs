@@ -138,7 +138,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
+    /// Run the CI gate: fmt, clippy, codegen --check, cargo package of the published crates, api
+    /// --check, then all tests against tansu and Apache Kafka.
     Test {
         /// TCP port on 127.0.0.1 for tansu (default: a free port, with a broker of its own).
         #[arg(long)]

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// The published crates with a library, in dependency order (kafkit-cli is a binary only).
+/// The published crates with a library, in dependency order: [`crate::test::PACKAGED`] without
+/// kafkit-cli, a binary only (a test keeps the two lists together).
 pub const LIBRARIES: [&str; 7] = [
     "kafkit-compress",
     "kafkit-pagebuf",
@@ -238,7 +239,16 @@ fn counts(text: &str) -> std::collections::HashMap<&str, i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::diff;
+    use super::{LIBRARIES, diff};
+
+    #[test]
+    fn every_published_library_is_listed() {
+        let published: Vec<&str> = crate::test::PACKAGED
+            .into_iter()
+            .filter(|c| *c != "kafkit-cli")
+            .collect();
+        assert_eq!(LIBRARIES.to_vec(), published);
+    }
 
     #[test]
     fn diff_marks_removed_and_added_lines() {

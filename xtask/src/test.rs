@@ -68,6 +68,10 @@ pub const FEATURES: [&str; 7] = [
 
 /// The published crates, in dependency order (the order `cargo publish` must take them; cargo
 /// finds the same order itself). bench, demo, examples, tests and xtask are `publish = false`.
+/// `cargo publish --dry-run --workspace` checks the same (it finds this list from `publish =
+/// false` and stops before the upload); the gate packs instead so that it never runs the publish
+/// path. A cold target folder takes about 4 minutes on 2 shared cores (160 s of CPU), a warm one
+/// seconds.
 pub const PACKAGED: [&str; 8] = [
     "kafkit-compress",
     "kafkit-pagebuf",

@@ -1,5 +1,6 @@
-//! `cargo xtask`: the project's tasks (codegen, broker, test, demo, bench, fuzz, soak, capture).
+//! `cargo xtask`: the project's tasks (codegen, api, broker, test, demo, bench, fuzz, soak, capture).
 
+mod api;
 mod bench;
 mod broker;
 mod codegen;
@@ -132,7 +133,16 @@ enum Command {
         #[arg(long)]
         kafka: Option<String>,
     },
-    /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
+    /// Write the public API of each published library crate to api/<crate>.txt (from rustdoc's
+    /// JSON on the stable toolchain), or with --check fail, printing the diff, where a committed
+    /// listing is out of date (part of `cargo xtask test`).
+    Api {
+        /// Compare with the committed listings instead of writing them.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run the CI gate: fmt, clippy, codegen --check, cargo package of the published crates, api
+    /// --check, then all tests against tansu and Apache Kafka.
     Test {
         /// TCP port on 127.0.0.1 for tansu (default: a free port, with a broker of its own).
         #[arg(long)]
@@ -377,6 +387,7 @@ fn main() {
                 examples::run(&brokers)
             }
         }
+        Command::Api { check } => api::run(check),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

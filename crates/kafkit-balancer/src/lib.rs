@@ -46,6 +46,9 @@
 //! The Java client places keyless records among the partitions that have a leader, and keyed ones
 //! among all; [`Sticky::balance_available`] and [`UniformSticky::balance_available`] take both
 //! lists to do exactly that.
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): nightly rustdoc then marks each item behind a
+// cargo feature with that feature (`doc_cfg` shows the `#[cfg]` of an item by itself).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod hash;
 mod keyed;

@@ -56,6 +56,9 @@
 //! returned from the matching arm of [`Compression::codec`]; without the feature that arm returns
 //! [`CompressError::UnsupportedCodec`]. Callers never change: they look codecs up through
 //! [`codec_by_id`], [`codec_by_name`] or [`Compression::codec`].
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): nightly rustdoc then marks each item behind a
+// cargo feature with that feature (`doc_cfg` shows the `#[cfg]` of an item by itself).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::fmt;
 use std::str::FromStr;

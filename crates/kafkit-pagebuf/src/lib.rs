@@ -59,6 +59,9 @@
 //!
 //! The design follows kafka-go's `pageBuffer` (`protocol/buffer.go`: a list of refcounted,
 //! pooled 64 KiB pages) with Rust's `bytes` traits as the interface.
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): nightly rustdoc then marks each item behind a
+// cargo feature with that feature (`doc_cfg` shows the `#[cfg]` of an item by itself).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod buf;
 mod classes;

@@ -38,6 +38,9 @@
 //! # let _ = ApiVersionsResponse::default();
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): nightly rustdoc then marks each item behind a
+// cargo feature with that feature (`doc_cfg` shows the `#[cfg]` of an item by itself).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "arbitrary")]
 pub mod arbitrary;

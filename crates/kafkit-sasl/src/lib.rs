@@ -24,6 +24,9 @@
 //! Mechanisms: [`Plain`] (RFC 4616), [`Scram`] (SCRAM-SHA-256 and SCRAM-SHA-512, RFC 5802 and
 //! RFC 7677), [`OAuthBearer`] (RFC 7628 with KIP-342 extensions), `AwsMskIam` (Amazon MSK IAM
 //! access control, SigV4; cargo feature `aws-msk-iam`, on by default).
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): nightly rustdoc then marks each item behind a
+// cargo feature with that feature (`doc_cfg` shows the `#[cfg]` of an item by itself).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 #[cfg(feature = "aws-msk-iam")]

@@ -149,6 +149,9 @@
 //! | `gzip`, `snappy`, `lz4`, `zstd` | on | the record batch codec of that name ([`Compression`]); without it, a batch of that codec can be neither written nor read (the error carries [`compress::CompressError::UnsupportedCodec`], Kafka's `UNSUPPORTED_COMPRESSION_TYPE`) |
 //! | `tls` | on | [`TlsConfig`] and `DialerBuilder::tls` (rustls, ring); without it, connections are plaintext only |
 //! | `aws-msk-iam` | on | the AWS_MSK_IAM SASL mechanism (`sasl::AwsMskIam`, SigV4) |
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): nightly rustdoc then marks each item behind a
+// cargo feature with that feature (`doc_cfg` shows the `#[cfg]` of an item by itself).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admin;
 #[cfg(test)]

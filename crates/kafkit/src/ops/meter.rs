@@ -22,7 +22,7 @@
 //! connections all record and none of them may import another.
 
 /// `messaging.client.operation.duration`: histogram, seconds; labels `messaging.system`,
-/// `messaging.operation.name` and `messaging.operation.type` ([`Op`]: `send` for a Produce
+/// `messaging.operation.name` and `messaging.operation.type` (`send` for a Produce
 /// request, `poll` / `receive` for a Fetch, `commit` / `settle` for an OffsetCommit,
 /// `acknowledge` / `settle` for a share group's acknowledgements), `error.type` on a failure.
 pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";

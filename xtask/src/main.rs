@@ -12,6 +12,7 @@ mod kafka;
 mod kafka_telemetry;
 mod kafka_tls;
 mod krafka_peer;
+mod no_c;
 mod reliability;
 mod sasl_broker;
 mod test;
@@ -128,6 +129,18 @@ enum Command {
         /// Apache Kafka's bootstrap address (`HOST:PORT`).
         #[arg(long)]
         kafka: Option<String>,
+    },
+    /// Build the `kafkit` command line (and library) with the `pure-rust` features in
+    /// target/no-c with the C compiler hidden (CC=false, no cc/gcc/clang/c++ on PATH), run
+    /// kafkit-compress's tests with its pure codecs, as the gate's `no-c` step does.
+    NoC {
+        /// kafkit-cli's features instead (`--features default` must fail: it needs C).
+        #[arg(long, default_value = no_c::PURE_FEATURES)]
+        features: String,
+        /// Target folder (default: target/no-c of the workspace); use a fresh one to time a
+        /// cold build.
+        #[arg(long)]
+        target_dir: Option<PathBuf>,
     },
     /// Run the CI gate: fmt, clippy, codegen --check, then all tests against tansu.
     Test {
@@ -341,6 +354,10 @@ fn main() {
                 examples::run(&brokers)
             }
         }
+        Command::NoC {
+            features,
+            target_dir,
+        } => no_c::run(&features, &no_c::target_dir(target_dir)),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

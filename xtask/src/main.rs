@@ -13,6 +13,7 @@ mod kafka;
 mod kafka_telemetry;
 mod kafka_tls;
 mod krafka_peer;
+mod no_c;
 mod reliability;
 mod sasl_broker;
 mod test;
@@ -141,8 +142,20 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Build the `kafkit` command line (and library) with the `pure-rust` features in
+    /// target/no-c with the C compiler hidden (CC=false, no cc/gcc/clang/c++ on PATH), run
+    /// kafkit-compress's tests with its pure codecs, as the gate's `no-c` step does.
+    NoC {
+        /// kafkit-cli's features instead (`--features default` must fail: it needs C).
+        #[arg(long, default_value = no_c::PURE_FEATURES)]
+        features: String,
+        /// Target folder (default: target/no-c of the workspace); use a fresh one to time a
+        /// cold build.
+        #[arg(long)]
+        target_dir: Option<PathBuf>,
+    },
     /// Run the CI gate: fmt, clippy, codegen --check, cargo package of the published crates, api
-    /// --check, then all tests against tansu and Apache Kafka.
+    /// --check, no-c, then all tests against tansu and Apache Kafka.
     Test {
         /// TCP port on 127.0.0.1 for tansu (default: a free port, with a broker of its own).
         #[arg(long)]
@@ -388,6 +401,10 @@ fn main() {
             }
         }
         Command::Api { check } => api::run(check),
+        Command::NoC {
+            features,
+            target_dir,
+        } => no_c::run(&features, &no_c::target_dir(target_dir)),
         Command::Test { port } => test::run(&Cli::command(), port),
     };
     if let Err(e) = result {

@@ -11,7 +11,12 @@
 //!    sources, its workspace dependencies taken from the packages packed before it (cargo's local
 //!    overlay, as `cargo publish --workspace` does), so what `cargo publish` would refuse fails
 //!    here. Then `cargo xtask api --check` (see [`crate::api`]): the committed public API
-//!    listings in `api/` match the code, else the step fails and prints the diff
+//!    listings in `api/` match the code, else the step fails and prints the diff.
+//!    Then `no-c`, the build without a C compiler (see [`crate::no_c`], also `cargo xtask
+//!    no-c`): in target/no-c, with `CC=false CXX=false` and a PATH without cc/gcc/clang/c++,
+//!    `cargo build -p kafkit-cli --bin kafkit --no-default-features --features pure-rust` (the
+//!    `kafkit` library with the same features), kafkit-compress's unit tests with only its pure
+//!    codecs (ruzstd reads and writes the zstd batches), and the built binary's `--version`
 //! 6. start tansu (see [`crate::broker`]) and export `KAFKIT_TANSU_BOOTSTRAP`; without `--port`
 //!    the broker gets a free port of its own, so runs from several checkouts do not share or stop
 //!    each other's broker; export the SQLite-capable tansu the SASL login tests start themselves
@@ -40,7 +45,9 @@
 //! 9. `kafkit` without default features: `cargo test -p kafkit --no-default-features --lib
 //!    writer::config::tests` (the settings whose check depends on the features: a codec left
 //!    out is refused by `WriterBuilder::build`) and `cargo test -p kafkit --no-default-features
-//!    --doc` (no doc example may need a feature it does not gate on)
+//!    --doc` (no doc example may need a feature it does not gate on); then the same unit tests
+//!    and `tls::` with `--features zstd-pure,tls-graviola` (the pure twins, which the C features
+//!    hide in the default build: zstd taken through ruzstd, a graviola TLS handshake)
 //! 10. stop tansu and Kafka, when steps 6 and 6b started them (also after a failure)
 //!
 //! The last line is the plain total of steps 7 to 9: `tests: N passed, N failed, N skipped`.
@@ -56,13 +63,18 @@ use crate::sasl_broker;
 /// The cargo features of `kafkit` that step 3 builds one at a time (beside none at all).
 /// `metrics` is off by default; the integration tests turn it on for the workspace build
 /// (tests/Cargo.toml), so step 2 lints it with the other defaults and step 3's builds without
-/// default features leave it out.
-pub const FEATURES: [&str; 7] = [
+/// default features leave it out. `zstd-pure` and `tls-graviola` are the pure-Rust twins of
+/// `zstd` and `tls`; `rustls` alone is TLS with no crypto provider built in; `pure-rust`, all
+/// the twins together, is step 5's no-C build.
+pub const FEATURES: [&str; 10] = [
     "gzip",
     "snappy",
     "lz4",
     "zstd",
+    "zstd-pure",
     "tls",
+    "tls-graviola",
+    "rustls",
     "aws-msk-iam",
     "metrics",
 ];
@@ -237,6 +249,10 @@ pub fn run(cli: &clap::Command, port: Option<u16>) -> Result<(), String> {
     codegen_check(cli)?;
     step("package", package())?;
     api_check()?;
+    println!("xtask test: == no-c ==");
+    let t = Instant::now();
+    crate::no_c::run(crate::no_c::PURE_FEATURES, &crate::no_c::target_dir(None))?;
+    println!("xtask test: no-c ok ({}s)", t.elapsed().as_secs());
     // Compile the test binaries now, so that the compile overlaps the SQLite tansu build
     // (when it is still running) instead of waiting for it; the run below reuses them.
     if has_nextest() {
@@ -467,6 +483,25 @@ fn run_tests(
         NO_DEFAULT_FEATURES_TESTS,
     ]);
     step_counted("kafkit --no-default-features unit tests", lib, counts)?;
+    // The pure-Rust twins of `zstd` and `tls`, which the default build never runs (the C ones
+    // win): a zstd Writer is taken, and graviola completes and verifies a TLS handshake.
+    let pure = cargo(&[
+        "test",
+        "-p",
+        "kafkit",
+        "--no-default-features",
+        "--features",
+        PURE_TWINS,
+        "--lib",
+        "--",
+        NO_DEFAULT_FEATURES_TESTS,
+        "tls::",
+    ]);
+    step_counted(
+        "kafkit --features zstd-pure,tls-graviola unit tests",
+        pure,
+        counts,
+    )?;
     let doc = cargo(&["test", "-p", "kafkit", "--no-default-features", "--doc"]);
     step_counted("kafkit --no-default-features doc tests", doc, counts)
 }
@@ -488,6 +523,10 @@ fn java_interop() -> Command {
 /// The unit tests of `kafkit` that step 9 runs without default features (a libtest filter):
 /// those whose outcome depends on the features.
 pub const NO_DEFAULT_FEATURES_TESTS: &str = "writer::config::tests";
+
+/// The features step 9 also runs [`NO_DEFAULT_FEATURES_TESTS`] and the TLS tests with: the
+/// pure-Rust zstd and TLS, each of which its C twin hides when both are on.
+pub const PURE_TWINS: &str = "zstd-pure,tls-graviola";
 
 /// The SQLite-capable tansu for the SASL login tests: found at once, or built on a thread
 /// while the gate's first steps run.

@@ -11,8 +11,11 @@
 //! | 2  | `snappy` | `snappy`      | snap (xerial framing)   | none                      |
 //! | 3  | `lz4`    | `lz4`         | lz4_flex (frame format) | 1-17; default 9           |
 //! | 4  | `zstd`   | `zstd`        | zstd (libzstd)          | -131072 to 22; default 3  |
+//! | 4  | `zstd`   | `zstd-pure`   | ruzstd (pure Rust)      | checked as above; writes ruzstd's one level (about 1) |
 //!
-//! All features are on by default.
+//! All features but `zstd-pure` are on by default. Every codec but `zstd` builds without a C
+//! compiler; `zstd-pure` reads every zstd frame without one (`ZstdPureCodec`). With both zstd
+//! features on, libzstd (`ZstdCodec`) serves [`Compression::Zstd`].
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -66,7 +69,12 @@ use std::str::FromStr;
 use bytes::BytesMut;
 
 #[cfg_attr(
-    not(any(feature = "gzip", feature = "lz4", feature = "zstd")),
+    not(any(
+        feature = "gzip",
+        feature = "lz4",
+        feature = "zstd",
+        feature = "zstd-pure"
+    )),
     allow(dead_code)
 )]
 mod bounded;
@@ -78,6 +86,8 @@ mod lz4;
 pub mod snappy;
 #[cfg(feature = "zstd")]
 mod zstd;
+#[cfg(feature = "zstd-pure")]
+mod zstd_pure;
 
 #[cfg(feature = "gzip")]
 pub use gzip::GzipCodec;
@@ -87,6 +97,8 @@ pub use lz4::Lz4Codec;
 pub use snappy::SnappyCodec;
 #[cfg(feature = "zstd")]
 pub use zstd::ZstdCodec;
+#[cfg(feature = "zstd-pure")]
+pub use zstd_pure::ZstdPureCodec;
 
 // The tests exercise every codec, so they need the default features.
 #[cfg(all(
@@ -203,6 +215,9 @@ impl Compression {
             Compression::Lz4 => Ok(&Lz4Codec),
             #[cfg(feature = "zstd")]
             Compression::Zstd => Ok(&ZstdCodec),
+            // libzstd wins when both are built: faster, and it honours every level.
+            #[cfg(all(feature = "zstd-pure", not(feature = "zstd")))]
+            Compression::Zstd => Ok(&ZstdPureCodec),
             #[allow(unreachable_patterns)]
             _ => Err(CompressError::UnsupportedCodec { compression: self }),
         }

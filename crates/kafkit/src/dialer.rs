@@ -70,7 +70,7 @@ fn response_pool(max_bytes: usize) -> SizeClassPool {
 /// | `max_in_flight_requests_per_connection` | 5 | requests | same |
 /// | `max_response_size` | 100 000 000 | bytes | `receive.message.max.bytes` |
 /// | `response_pool_max_bytes` | 32 MiB per size class | bytes | (none: Java and librdkafka do not pool response buffers) |
-/// | `tls` (cargo feature `tls`) | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
+/// | `tls` (cargo feature `tls`, `tls-graviola` or `rustls`) | none (plaintext) | | `security.protocol=SSL`, `ssl.*` |
 /// | `sasl` | none | | `sasl.mechanism`, `sasl.jaas.config` |
 /// | `sasl_max_reauth_interval` | none | `Duration` | (client-side cap; KIP-368) |
 /// | `sasl_handshake_max_version` | none (highest both sides have) | version | (none) |
@@ -210,8 +210,8 @@ impl DialerBuilder {
 
     /// Connects over TLS with `tls` (Java: `security.protocol=SSL` or `SASL_SSL`). Dialling a
     /// plaintext listener then fails with [`Error::Tls`] ([`TlsErrorKind::NotTls`]) instead of
-    /// hanging. Cargo feature `tls`.
-    #[cfg(feature = "tls")]
+    /// hanging. Cargo feature `tls`, `tls-graviola` or `rustls`.
+    #[cfg(feature = "rustls")]
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.dialer.tls = Some(tls);
         self
@@ -319,8 +319,8 @@ impl Dialer {
         &self.response_pool
     }
 
-    /// The TLS settings, `None` for plaintext. Cargo feature `tls`.
-    #[cfg(feature = "tls")]
+    /// The TLS settings, `None` for plaintext. Cargo feature `tls`, `tls-graviola` or `rustls`.
+    #[cfg(feature = "rustls")]
     pub fn tls_config(&self) -> Option<&TlsConfig> {
         self.tls.as_ref()
     }

@@ -94,7 +94,7 @@
 //!
 //! // TLS (cargo feature `tls`; verification always on; the webpki roots here, `ca_pem` for a
 //! // private CA) and SASL/SCRAM for secured clusters.
-//! # #[cfg(feature = "tls")] {
+//! # #[cfg(any(feature = "tls", feature = "tls-graviola"))] {
 //! use kafkit::{TlsConfig, sasl::Scram};
 //! let secure = Dialer::builder()
 //!     .tls(TlsConfig::builder().build()?)
@@ -146,9 +146,14 @@
 //!
 //! | feature | default | what it brings |
 //! |---|---|---|
-//! | `gzip`, `snappy`, `lz4`, `zstd` | on | the record batch codec of that name ([`Compression`]); without it, a batch of that codec can be neither written nor read (the error carries [`compress::CompressError::UnsupportedCodec`], Kafka's `UNSUPPORTED_COMPRESSION_TYPE`) |
-//! | `tls` | on | [`TlsConfig`] and `DialerBuilder::tls` (rustls, ring); without it, connections are plaintext only |
+//! | `gzip`, `snappy`, `lz4`, `zstd` | on | the record batch codec of that name ([`Compression`]); without it, a batch of that codec can be neither written nor read (the error carries [`compress::CompressError::UnsupportedCodec`], Kafka's `UNSUPPORTED_COMPRESSION_TYPE`). `zstd` is libzstd and needs a C compiler |
+//! | `zstd-pure` | off | zstd in pure Rust (ruzstd): reads every zstd batch, writes at ruzstd's one level (about zstd level 1); `zstd` wins when both are on |
+//! | `tls` | on | [`TlsConfig`] and `DialerBuilder::tls` (rustls, ring: needs a C compiler); without a TLS feature, connections are plaintext only |
+//! | `tls-graviola` | off | the same on rustls with the graviola provider (no C compiler; x86_64 and aarch64 only); `tls` wins when both are on |
+//! | `rustls` | off | the same with no provider built in: the application installs one (`rustls::crypto::CryptoProvider::install_default`) |
 //! | `aws-msk-iam` | on | the AWS_MSK_IAM SASL mechanism (`sasl::AwsMskIam`, SigV4) |
+//! | `metrics` | off | metrics through the `metrics` facade (`kafkit::meter`) |
+//! | `pure-rust` | off | `gzip`, `snappy`, `lz4`, `zstd-pure`, `tls-graviola`, `aws-msk-iam`: builds without a C compiler |
 // docs.rs builds with `--cfg docsrs` (Cargo.toml): nightly rustdoc then marks each item behind a
 // cargo feature with that feature (`doc_cfg` shows the `#[cfg]` of an item by itself).
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -224,7 +229,7 @@ pub use share::{
     ShareAcquireMode, ShareError, ShareReader, ShareReaderBuilder, ShareRecord, ShareStats,
     ShareStream,
 };
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 pub use tls::{TlsConfig, TlsConfigBuilder};
 pub use transport::{
     ConnKind, CoordinatorType, DEFAULT_API_TIMEOUT, DEFAULT_CONNECTIONS_MAX_IDLE,

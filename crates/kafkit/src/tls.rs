@@ -1,34 +1,39 @@
-//! TLS for broker connections ([`TlsConfig`]), on rustls with the `ring` provider.
+//! TLS for broker connections ([`TlsConfig`]), on rustls.
+//!
+//! The crypto provider is chosen when kafkit is built (`provider`): ring with the cargo feature
+//! `tls` (it needs a C compiler), graviola with `tls-graviola` (pure Rust and assembly, no C
+//! compiler; x86_64 and aarch64 only), ring when both are on. With `rustls` alone the
+//! application's process-wide provider is used (`rustls::crypto::CryptoProvider::install_default`).
 //!
 //! Verification is always on: the broker's certificate chain must lead to a trusted root (the
 //! webpki roots by default, or the CA certificates given in PEM) and name the host that was
 //! dialled (SNI and name check use the host part of `host:port`). A client certificate can be
 //! presented for mutual TLS (Java: `ssl.keystore.*`).
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use std::fmt;
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use std::sync::Arc;
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use tokio_rustls::TlsConnector;
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 use crate::error::Result;
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use crate::error::{Error, TlsErrorKind};
 
 /// TLS settings of a [`crate::Dialer`] (Java: `security.protocol=SSL` / `SASL_SSL`).
 ///
 /// Build one with [`TlsConfig::builder`]. Cloning is cheap (the rustls configuration is shared).
 /// `Debug` shows which trust roots and whether a client certificate is set, never key material.
-/// Cargo feature `tls` (on by default).
-#[cfg(feature = "tls")]
+/// Cargo feature `tls` (on by default), `tls-graviola` or `rustls` (see the crate's feature table).
+#[cfg(feature = "rustls")]
 #[derive(Clone)]
 pub struct TlsConfig {
     connector: TlsConnector,
@@ -37,7 +42,7 @@ pub struct TlsConfig {
     server_name: Option<String>,
 }
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 impl fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConfig")
@@ -53,7 +58,7 @@ impl fmt::Debug for TlsConfig {
 /// Defaults: trust the webpki roots (Mozilla's CA list, compiled in; or the system's with
 /// [`TlsConfigBuilder::system_roots`], or a given CA), no client certificate, SNI and certificate
 /// name from the dialled host.
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 #[derive(Default)]
 pub struct TlsConfigBuilder {
     system_roots: bool,
@@ -63,7 +68,7 @@ pub struct TlsConfigBuilder {
     server_name: Option<String>,
 }
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 impl fmt::Debug for TlsConfigBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConfigBuilder")
@@ -82,7 +87,7 @@ impl fmt::Debug for TlsConfigBuilder {
     }
 }
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 impl TlsConfigBuilder {
     /// Trusts the operating system's root certificates (on Linux the CA bundle found via the
     /// usual OpenSSL locations, `SSL_CERT_FILE` / `SSL_CERT_DIR`) instead of the webpki roots.
@@ -124,9 +129,11 @@ impl TlsConfigBuilder {
     /// # Errors
     ///
     /// [`Error::Tls`] when the PEM input holds no certificate, cannot be parsed, or the
-    /// client key does not match what rustls accepts. The error never contains key bytes.
+    /// client key does not match what rustls accepts; or, in a build with the `rustls` feature
+    /// and no provider feature, when the application installed no process-wide crypto provider.
+    /// The error never contains key bytes.
     pub fn build(self) -> Result<TlsConfig> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = provider()?;
         let mut roots = RootCertStore::empty();
         let roots_name = match &self.ca_pem {
             Some(pem) => {
@@ -180,7 +187,40 @@ impl TlsConfigBuilder {
     }
 }
 
-#[cfg(feature = "tls")]
+/// The rustls crypto provider of this build: ring (`tls`, which wins when both are on), else
+/// graviola (`tls-graviola`), else the one the application installed for the process.
+#[cfg(feature = "rustls")]
+fn provider() -> Result<Arc<rustls::crypto::CryptoProvider>> {
+    #[cfg(feature = "tls")]
+    let built_in = Some(rustls::crypto::ring::default_provider());
+    #[cfg(all(feature = "tls-graviola", not(feature = "tls")))]
+    let built_in = {
+        // graviola asserts its CPU features on first use: a panic inside a handshake otherwise.
+        if !graviola::util::is_cpu_supported() {
+            return Err(tls_config_error(
+                "this CPU lacks the instructions graviola needs (x86_64: AES-NI, PCLMULQDQ, \
+                 AVX2, BMI1, ADX; aarch64: AES, SHA2, PMULL, NEON): build kafkit with `tls` \
+                 (ring), or with `rustls` and a provider installed by the application"
+                    .into(),
+            ));
+        }
+        Some(rustls_graviola::default_provider())
+    };
+    #[cfg(not(any(feature = "tls", feature = "tls-graviola")))]
+    let built_in: Option<rustls::crypto::CryptoProvider> = None;
+    match (built_in, rustls::crypto::CryptoProvider::get_default()) {
+        (Some(p), _) => Ok(Arc::new(p)),
+        (None, Some(p)) => Ok(Arc::clone(p)),
+        (None, None) => Err(tls_config_error(
+            "no crypto provider: this kafkit is built with neither `tls` (ring) nor \
+             `tls-graviola`, and the application installed none \
+             (rustls::crypto::CryptoProvider::install_default)"
+                .into(),
+        )),
+    }
+}
+
+#[cfg(feature = "rustls")]
 fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -193,7 +233,7 @@ fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 fn tls_config_error(message: String) -> Error {
     Error::Tls {
         addr: String::new(),
@@ -202,7 +242,7 @@ fn tls_config_error(message: String) -> Error {
     }
 }
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 impl TlsConfig {
     /// A builder with the defaults (webpki roots, no client certificate).
     pub fn builder() -> TlsConfigBuilder {
@@ -246,7 +286,7 @@ pub(crate) fn host_of(addr: &str) -> &str {
     }
 }
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 fn classify(addr: &str, e: std::io::Error) -> Error {
     use std::io::ErrorKind;
     let tls_err = e
@@ -276,19 +316,19 @@ fn classify(addr: &str, e: std::io::Error) -> Error {
 }
 
 /// Whether `e` is an error rustls raised (a TLS alert from the peer, a bad record).
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 pub(crate) fn is_tls_error(e: &std::io::Error) -> bool {
     e.get_ref()
         .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
 }
 
-/// Without the `tls` feature no TLS configuration exists: this stands in for it in
+/// Without the `rustls` feature (which `tls` and `tls-graviola` turn on) no TLS configuration exists: this stands in for it in
 /// [`crate::Dialer`], which then always holds `None` and dials plaintext.
-#[cfg(not(feature = "tls"))]
+#[cfg(not(feature = "rustls"))]
 #[derive(Clone, Debug)]
 pub(crate) enum TlsConfig {}
 
-#[cfg(not(feature = "tls"))]
+#[cfg(not(feature = "rustls"))]
 impl TlsConfig {
     /// Never called: there is no value of this type.
     pub(crate) async fn connect(
@@ -300,8 +340,8 @@ impl TlsConfig {
     }
 }
 
-/// Without the `tls` feature no error comes from rustls.
-#[cfg(not(feature = "tls"))]
+/// Without the `rustls` feature no error comes from rustls.
+#[cfg(not(feature = "rustls"))]
 pub(crate) fn is_tls_error(_: &std::io::Error) -> bool {
     false
 }
@@ -334,7 +374,7 @@ mod tests {
         assert!(!looks_like_tls_record([0x15, 0x00, 0x00, 0x00]));
     }
 
-    #[cfg(feature = "tls")]
+    #[cfg(any(feature = "tls", feature = "tls-graviola"))]
     #[test]
     fn bad_pem_is_a_config_error_without_key_bytes() {
         let err = TlsConfig::builder()
@@ -362,7 +402,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "tls")]
+    #[cfg(any(feature = "tls", feature = "tls-graviola"))]
     #[test]
     fn system_roots_load_or_say_why_not() {
         match TlsConfig::builder().system_roots().build() {
@@ -388,7 +428,7 @@ mod tests {
         assert!(format!("{cfg:?}").contains("ca_pem"));
     }
 
-    #[cfg(feature = "tls")]
+    #[cfg(any(feature = "tls", feature = "tls-graviola"))]
     #[test]
     fn debug_never_shows_the_client_key() {
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
@@ -402,5 +442,68 @@ mod tests {
         let body: String = key_pem.lines().nth(1).unwrap().to_owned();
         assert!(!shown.contains(&body), "{shown}");
         assert!(shown.contains("client_auth: true"), "{shown}");
+    }
+
+    /// A TLS server for `cert` on the graviola provider (ring is not in a `tls-graviola` build).
+    #[cfg(all(feature = "tls-graviola", not(feature = "tls")))]
+    fn graviola_acceptor(cert: &rcgen::CertifiedKey<rcgen::KeyPair>) -> tokio_rustls::TlsAcceptor {
+        let key =
+            PrivateKeyDer::from_pem_slice(cert.signing_key.serialize_pem().as_bytes()).unwrap();
+        let provider = Arc::new(rustls_graviola::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        tokio_rustls::TlsAcceptor::from(Arc::new(server))
+    }
+
+    /// The graviola provider (the no-C build's TLS) completes a handshake, verifying the
+    /// server's certificate against a given CA, carries bytes both ways, and reports a
+    /// certificate for another name as a verification error.
+    #[cfg(all(feature = "tls-graviola", not(feature = "tls")))]
+    #[tokio::test]
+    async fn graviola_handshakes_and_verifies() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let acceptor = graviola_acceptor(&cert);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = tokio::spawn(async move {
+            for _ in 0..2 {
+                let (tcp, _) = listener.accept().await.unwrap();
+                // The second client gives up on the certificate: this accept fails.
+                if let Ok(mut tls) = acceptor.accept(tcp).await {
+                    let mut buf = [0u8; 4];
+                    tls.read_exact(&mut buf).await.unwrap();
+                    tls.write_all(&buf).await.unwrap();
+                    tls.shutdown().await.unwrap();
+                }
+            }
+        });
+        let builder = || TlsConfig::builder().ca_pem(cert.cert.pem());
+        let cfg = builder().server_name("localhost").build().unwrap();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut tls = cfg.connect(&addr.to_string(), tcp).await.unwrap();
+        tls.write_all(b"ping").await.unwrap();
+        let mut back = [0u8; 4];
+        tls.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"ping");
+
+        let other = builder().server_name("elsewhere").build().unwrap();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let err = other.connect(&addr.to_string(), tcp).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Tls {
+                    kind: TlsErrorKind::Verification,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        served.await.unwrap();
     }
 }

@@ -115,7 +115,7 @@ use std::time::Duration;
 pub use crate::error::properties::PropertyError;
 
 // The builders the module table links to.
-#[cfg(all(doc, feature = "tls"))]
+#[cfg(all(doc, feature = "rustls"))]
 use crate::tls::TlsConfigBuilder;
 #[cfg(doc)]
 use crate::{

@@ -3,12 +3,12 @@
 //! parser, the unsecured OAUTHBEARER JWT, the MSK region and file reading. Part of the top
 //! floor with the rest of `properties/`: it may import any module of the crate.
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use std::sync::Arc;
 
 use super::{OIDC, PropertyError, Value, boolean, choice, text};
 use crate::dialer::DialerBuilder;
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 use crate::tls::{TlsConfig, TlsConfigBuilder};
 
 /// `security.protocol`, `ssl.*` and `sasl.*` as read, applied together at the end.
@@ -107,7 +107,7 @@ impl<'a> Security<'a> {
         Ok(b)
     }
 
-    #[cfg(feature = "tls")]
+    #[cfg(feature = "rustls")]
     fn apply_tls(&self, b: DialerBuilder) -> Result<DialerBuilder, PropertyError> {
         let mut t = TlsConfig::builder();
         if let Some(pem) = self.ca_pem {
@@ -154,11 +154,11 @@ impl<'a> Security<'a> {
         Ok(b.tls(tls))
     }
 
-    #[cfg(not(feature = "tls"))]
+    #[cfg(not(feature = "rustls"))]
     fn apply_tls(&self, _b: DialerBuilder) -> Result<DialerBuilder, PropertyError> {
         Err(PropertyError::Unsupported {
             name: "security.protocol".into(),
-            reason: "this build of kafkit has no TLS (cargo feature `tls`)",
+            reason: "this build of kafkit has no TLS (cargo feature `tls` or `tls-graviola`)",
         })
     }
 
@@ -467,7 +467,7 @@ impl UnsecuredJwt {
     }
 }
 
-#[cfg(feature = "tls")]
+#[cfg(feature = "rustls")]
 fn read_file(name: &'static str, path: &str) -> Result<Vec<u8>, PropertyError> {
     std::fs::read(path).map_err(|e| PropertyError::File {
         name,
@@ -620,7 +620,7 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "tls")]
+    #[cfg(any(feature = "tls", feature = "tls-graviola"))]
     #[test]
     fn tls_files_are_read_and_checked() {
         let e = DialerBuilder::from_properties(&props(&[

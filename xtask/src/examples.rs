@@ -89,6 +89,11 @@ const STAGES: [&[Run]; 3] = [
             label: "throughput",
             check: check_throughput,
         },
+        Run {
+            example: "from_rdkafka",
+            label: "from_rdkafka",
+            check: check_from_rdkafka,
+        },
     ],
     &[
         Run {
@@ -437,6 +442,18 @@ fn check_security(out: &str) -> Result<(), String> {
 fn check_throughput(out: &str) -> Result<(), String> {
     need(out, "wrote 50000 records in ")?;
     need(out, "read 50000 records in ")
+}
+
+/// Its 10 records delivered one by one, then read back in its group and committed.
+fn check_from_rdkafka(out: &str) -> Result<(), String> {
+    let delivered = out
+        .lines()
+        .filter(|l| l.starts_with("delivered \"run "))
+        .count();
+    if delivered != 10 {
+        return Err(format!("{delivered} deliveries printed, expected 10"));
+    }
+    need(out, "this run's 10 among them; committed and left")
 }
 
 /// Everything `produce` wrote (at least its 1001 records) read back.

@@ -191,7 +191,11 @@ impl TlsConfigBuilder {
 /// graviola (`tls-graviola`), else the one the application installed for the process.
 #[cfg(feature = "rustls")]
 fn provider() -> Result<Arc<rustls::crypto::CryptoProvider>> {
+    // rustls 0.23.48 and later deprecate their built-in providers for the `rustls-ring` crate
+    // of rustls 0.24 (not released yet): a newer rustls in an application's lock file must
+    // not turn this into a warning in its build.
     #[cfg(feature = "tls")]
+    #[allow(deprecated)]
     let built_in = Some(rustls::crypto::ring::default_provider());
     #[cfg(all(feature = "tls-graviola", not(feature = "tls")))]
     let built_in = {

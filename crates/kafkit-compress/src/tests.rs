@@ -30,7 +30,7 @@ fn sample(len: usize) -> Vec<u8> {
             format!(
                 r#"{{"id":{i},"user":"u{}","ok":{}}},"#,
                 i * 7919 % 1000,
-                i % 3 == 0
+                i.is_multiple_of(3)
             )
             .as_bytes(),
         );

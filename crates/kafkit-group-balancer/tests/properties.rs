@@ -368,12 +368,11 @@ proptest! {
         for t in &g.topics {
             for p in &t.partitions {
                 for &c in claims.get(k).map(Vec::as_slice).unwrap_or(&[]) {
-                    if let Some(m) = g.members.get(c) {
-                        if m.subscription.topics.contains(&t.topic) || c % 2 == 0 {
+                    if let Some(m) = g.members.get(c)
+                        && (m.subscription.topics.contains(&t.topic) || c % 2 == 0) {
                             let e = owned.entry(m.member_id.clone()).or_default();
                             e.partitions.push(TopicPartitions::new(t.topic.clone(), vec![p.partition]));
                         }
-                    }
                 }
                 k += 1;
             }

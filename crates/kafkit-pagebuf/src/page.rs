@@ -113,11 +113,12 @@ impl WriteCursor {
         );
         let start = self.pos;
         self.pos += n;
-        if let Some(back) = back {
-            if Arc::ptr_eq(&back.page, &self.page) && back.end == start {
-                back.end = self.pos;
-                return None;
-            }
+        if let Some(back) = back
+            && Arc::ptr_eq(&back.page, &self.page)
+            && back.end == start
+        {
+            back.end = self.pos;
+            return None;
         }
         Some(Seg {
             page: Arc::clone(&self.page),

@@ -155,12 +155,12 @@ impl Mechanism for OAuthBearer {
                 )));
             }
         }
-        if let Some(a) = &self.authzid {
-            if a.is_empty() || a.chars().any(|c| c == ',' || c == '=' || c.is_control()) {
-                return Err(bad(
-                    "the authzid must be non-empty without ',', '=' or control characters".into(),
-                ));
-            }
+        if let Some(a) = &self.authzid
+            && (a.is_empty() || a.chars().any(|c| c == ',' || c == '=' || c.is_control()))
+        {
+            return Err(bad(
+                "the authzid must be non-empty without ',', '=' or control characters".into(),
+            ));
         }
         let token = self.provider.token().map_err(|e| SaslError::Credentials {
             mechanism: NAME,

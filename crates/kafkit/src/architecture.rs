@@ -514,13 +514,13 @@ fn function_lengths(code: &str) -> Vec<(String, usize, usize)> {
         if code[i..].starts_with("#[cfg(test)]") {
             let after = &code[i + "#[cfg(test)]".len()..];
             let trimmed = after.trim_start();
-            if trimmed.starts_with("mod ") {
-                if let Some(open) = trimmed.find(['{', ';']) {
-                    let start = i + "#[cfg(test)]".len() + (after.len() - trimmed.len()) + open;
-                    if b[start] == b'{' {
-                        i = matching_brace(b, start).map_or(b.len(), |e| e + 1);
-                        continue;
-                    }
+            if trimmed.starts_with("mod ")
+                && let Some(open) = trimmed.find(['{', ';'])
+            {
+                let start = i + "#[cfg(test)]".len() + (after.len() - trimmed.len()) + open;
+                if b[start] == b'{' {
+                    i = matching_brace(b, start).map_or(b.len(), |e| e + 1);
+                    continue;
                 }
             }
         }
@@ -548,10 +548,10 @@ fn function_lengths(code: &str) -> Vec<(String, usize, usize)> {
             }
             j += 1;
         }
-        if let Some(open) = body {
-            if let Some(close) = matching_brace(b, open) {
-                found.push((name, line_at(i), line_at(close) - line_at(i) + 1));
-            }
+        if let Some(open) = body
+            && let Some(close) = matching_brace(b, open)
+        {
+            found.push((name, line_at(i), line_at(close) - line_at(i) + 1));
         }
         i += 3;
     }

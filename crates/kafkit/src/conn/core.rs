@@ -714,10 +714,10 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             _ = shutdown.wait_for(|s| *s) => Some(None),
             r = write_frames(&mut wr, &batch, &mut slices) => r.err().map(Some),
         };
-        if failed.is_none() {
-            if let Err(e) = wr.flush().await {
-                failed = Some(Some(e));
-            }
+        if failed.is_none()
+            && let Err(e) = wr.flush().await
+        {
+            failed = Some(Some(e));
         }
         match failed {
             None => {

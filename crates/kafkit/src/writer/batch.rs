@@ -583,7 +583,7 @@ impl Batch {
             // far as the list's capacity reaches (see `prefetch_write`).
             let ts = &self.timestamps;
             let next = ts.as_ptr() as usize + ts.len() * std::mem::size_of::<i64>();
-            if next % 64 == 0 && ts.len() < ts.capacity() {
+            if next.is_multiple_of(64) && ts.len() < ts.capacity() {
                 kafkit_protocol::records::prefetch_write(next, std::mem::size_of::<i64>());
             }
         }

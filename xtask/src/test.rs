@@ -6,11 +6,10 @@
 //!    `cargo clippy -p kafkit --lib --no-default-features [--features F] -- -D warnings`, the
 //!    library only (a check, no code generation), so a `cfg` slip fails here and not for a user
 //! 4. `cargo xtask codegen --check` (generated code is up to date with the schemas)
-//! 5. `cargo package` of every published crate ([`PACKAGED`], in dependency order) in one
-//!    invocation: each is packed as crates.io would take it and built alone from the packed
+//! 5. `cargo publish --dry-run` of every published crate ([`PACKAGED`], in dependency order) in
+//!    one invocation: each is packed as crates.io would take it and built alone from the packed
 //!    sources, its workspace dependencies taken from the packages packed before it (cargo's local
-//!    overlay, as `cargo publish --workspace` does), so what `cargo publish` would refuse fails
-//!    here. Then `cargo xtask api --check` (see [`crate::api`]): the committed public API
+//!    overlay), and the upload is skipped, so what `cargo publish` would refuse fails here. Then `cargo xtask api --check` (see [`crate::api`]): the committed public API
 //!    listings in `api/` match the code, else the step fails and prints the diff.
 //!    Then `no-c`, the build without a C compiler (see [`crate::no_c`], also `cargo xtask
 //!    no-c`): in target/no-c, with `CC=false CXX=false` and a PATH without cc/gcc/clang/c++,
@@ -81,10 +80,9 @@ pub const FEATURES: [&str; 10] = [
 
 /// The published crates, in dependency order (the order `cargo publish` must take them; cargo
 /// finds the same order itself). bench, demo, examples, tests and xtask are `publish = false`.
-/// `cargo publish --dry-run --workspace` checks the same (it finds this list from `publish =
-/// false` and stops before the upload); the gate packs instead so that it never runs the publish
-/// path. A cold target folder takes about 4 minutes on 2 shared cores (160 s of CPU), a warm one
-/// seconds.
+/// The gate's `cargo publish --dry-run -p ...` takes them in this order and stops before each
+/// upload. A cold target folder takes about 4 minutes on 2 shared cores (160 s of CPU), a warm
+/// one 1-2 minutes.
 pub const PACKAGED: [&str; 8] = [
     "kafkit-compress",
     "kafkit-pagebuf",
@@ -597,12 +595,12 @@ fn feature_checks() -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo package` of [`PACKAGED`], in one invocation: cargo packs them in dependency order and
-/// verifies each by building it from its package, resolving the workspace dependencies through
-/// the packages just made (no registry upload). `--allow-dirty`: the gate checks what would be
-/// packed from the working tree, committed or not.
+/// `cargo publish --dry-run` of [`PACKAGED`], in one invocation: cargo packs them in dependency
+/// order and verifies each by building it from its package, resolving the workspace dependencies
+/// through the packages just made, then skips the upload. `--allow-dirty`: the gate checks what
+/// would be packed from the working tree, committed or not.
 fn package() -> Command {
-    let mut args = vec!["package", "--allow-dirty"];
+    let mut args = vec!["publish", "--dry-run", "--allow-dirty"];
     for name in PACKAGED {
         args.extend(["-p", name]);
     }

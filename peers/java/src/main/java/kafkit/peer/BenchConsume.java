@@ -58,19 +58,7 @@ final class BenchConsume {
         p.put(CommonClientConfigs.BOOTSTRAP_SERVERS_CONFIG, a.need("bootstrap"));
         p.put(CommonClientConfigs.CLIENT_ID_CONFIG, "kafkit-bench-java");
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10000");
-        p.put(ConsumerConfig.CHECK_CRCS_CONFIG, Boolean.toString(a.bool("check-crcs", true)));
-        String[][] mapped = {
-            {"fetch-min-bytes", ConsumerConfig.FETCH_MIN_BYTES_CONFIG},
-            {"fetch-max-wait-ms", ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG},
-            {"max-partition-fetch-bytes", ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG},
-            {"fetch-max-bytes", ConsumerConfig.FETCH_MAX_BYTES_CONFIG},
-        };
-        for (String[] m : mapped) {
-            if (a.has(m[0])) {
-                p.put(m[1], Long.toString(a.num(m[0], 0)));
-            }
-        }
+        fetchSettings(p, a);
 
         KafkaConsumer<byte[], byte[]> consumer;
         try {
@@ -169,5 +157,22 @@ final class BenchConsume {
     static long fetches(KafkaConsumer<byte[], byte[]> consumer) {
         return Math.round(Bench.sumMetric(consumer.metrics(), "consumer-fetch-manager-metrics",
                 "fetch-total", tags -> true));
+    }
+
+    /** The fetch settings the harness gives every client (consume-bench and group-bench). */
+    static void fetchSettings(Properties p, Bench.Args a) throws Bench.CannotRun {
+        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10000");
+        p.put(ConsumerConfig.CHECK_CRCS_CONFIG, Boolean.toString(a.bool("check-crcs", true)));
+        String[][] mapped = {
+            {"fetch-min-bytes", ConsumerConfig.FETCH_MIN_BYTES_CONFIG},
+            {"fetch-max-wait-ms", ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG},
+            {"max-partition-fetch-bytes", ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG},
+            {"fetch-max-bytes", ConsumerConfig.FETCH_MAX_BYTES_CONFIG},
+        };
+        for (String[] m : mapped) {
+            if (a.has(m[0])) {
+                p.put(m[1], Long.toString(a.num(m[0], 0)));
+            }
+        }
     }
 }

@@ -104,19 +104,7 @@ final class BenchGroup {
         p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG,
                 Long.toString(a.num("heartbeat-interval-ms", 500)));
         // As consume-bench: the fetch settings the harness gives every client.
-        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10000");
-        p.put(ConsumerConfig.CHECK_CRCS_CONFIG, Boolean.toString(a.bool("check-crcs", true)));
-        String[][] mapped = {
-            {"fetch-min-bytes", ConsumerConfig.FETCH_MIN_BYTES_CONFIG},
-            {"fetch-max-wait-ms", ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG},
-            {"max-partition-fetch-bytes", ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG},
-            {"fetch-max-bytes", ConsumerConfig.FETCH_MAX_BYTES_CONFIG},
-        };
-        for (String[] m : mapped) {
-            if (a.has(m[0])) {
-                p.put(m[1], Long.toString(a.num(m[0], 0)));
-            }
-        }
+        BenchConsume.fetchSettings(p, a);
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         try {
